@@ -1,0 +1,347 @@
+"""The two decoding loops: the autoregressive baseline and speculative decoding.
+
+Each loop is one `lax.while_loop` over fixed shapes, driven by step functions
+
+  step_fn(tokens: int32[B, K], cache: Cache) -> (logits: float[B, K, V], Cache)
+
+that write K positions at each row's `cache.index` and return the cache with
+the index advanced by K. The loops never see a model (as t5x/decoding.py takes
+`tokens_to_logits`); `spec_decode.models` builds step functions for T5 and the
+tests drive the loops with stubs.
+
+Token layout. `tokens[b, 0]` is the decoder start token (id 0, T5's BOS);
+generated token j of row b sits at `tokens[b, j]`. `index[b]` is the position
+of row b's last known token, and both caches hold keys/values for positions
+0 .. index[b] - 1: the next model call feeds `tokens[b, index[b]]`.
+
+One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
+  1. gamma draft calls (K = 1) propose x_1..x_gamma from q_1..q_gamma;
+  2. one target call over K = gamma + 1 positions gives p_1..p_{gamma+1};
+  3. `accept_reject` keeps n drafts and draws the target's own token;
+  4. each row advances by its own count and both caches are rewound per row.
+After a clean sweep (n = gamma) the draft has not yet seen x_gamma; one more
+draft call catches it up, only in iterations where some row needs it.
+
+These functions are meant to be traced inside a `jax.jit` built by the caller,
+with model parameters as traced arguments captured by the step functions;
+gamma, max_decode_len and the batch size are static.
+"""
+
+from typing import Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from spec_decode import cache as cache_lib
+from spec_decode import sampling as sampling_lib
+from spec_decode import speculative
+
+StepFn = Callable[[jax.Array, cache_lib.Cache], tuple[jax.Array, cache_lib.Cache]]
+
+BOS_ID = 0
+
+
+@flax.struct.dataclass
+class DecodeOutput:
+  """Decoded tokens and the loop's statistics.
+
+  Attributes:
+    tokens: [B, max_decode_len] int32, prompt then generated tokens (EOS
+      included), 0-padded after `lengths`.
+    lengths: [B] int32 number of valid tokens per row.
+    generated: [B] int32 tokens the loop produced per row (prompt excluded).
+    target_calls: [B] int32 target calls made while the row was unfinished.
+    draft_calls: [B] int32 draft calls made while the row was unfinished.
+    accept_histogram: [gamma + 1] int32 how often 0..gamma drafts were accepted
+      (over unfinished rows and iterations); the baseline is gamma = 0.
+    loop_target_calls: [] int32 batched target calls of the whole loop.
+    loop_draft_calls: [] int32 batched draft calls of the whole loop.
+  """
+
+  tokens: jax.Array
+  lengths: jax.Array
+  generated: jax.Array
+  target_calls: jax.Array
+  draft_calls: jax.Array
+  accept_histogram: jax.Array
+  loop_target_calls: jax.Array
+  loop_draft_calls: jax.Array
+
+  @property
+  def tokens_per_target_call(self) -> jax.Array:
+    """[] generated tokens per target call over all rows (eq. (1) measured)."""
+    return jnp.sum(self.generated) / jnp.maximum(jnp.sum(self.target_calls), 1)
+
+
+@flax.struct.dataclass
+class _LoopState:
+  """The while-loop carry.
+
+  Attributes:
+    tokens: [B, max_decode_len + gamma + 2] int32, see the module docstring.
+    index: [B] int32 position of each row's last known token.
+    done: [B] bool, row finished (EOS emitted or max_decode_len reached).
+    target_cache: the target's Cache, `index` equal to `index` above.
+    draft_cache: the draft's Cache (None in the baseline).
+    rng: [B] PRNG keys, one stream per row.
+    target_calls: [B] int32.
+    draft_calls: [B] int32.
+    accept_histogram: [gamma + 1] int32.
+    loop_target_calls: [] int32.
+    loop_draft_calls: [] int32.
+  """
+
+  tokens: jax.Array
+  index: jax.Array
+  done: jax.Array
+  target_cache: cache_lib.Cache
+  draft_cache: cache_lib.Cache
+  rng: jax.Array
+  target_calls: jax.Array
+  draft_calls: jax.Array
+  accept_histogram: jax.Array
+  loop_target_calls: jax.Array
+  loop_draft_calls: jax.Array
+
+
+def cache_length(max_decode_len: int, gamma: int = 0) -> int:
+  """Positions a cache needs so that no write ever leaves its buffers.
+
+  An unfinished row writes at most up to position max_decode_len - 1 + gamma;
+  a finished row keeps stepping (batched) at its final index <= max_decode_len.
+  """
+  return max_decode_len + gamma + 1
+
+
+def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode_len: int,
+                          rng: jax.Array, sampling: sampling_lib.SamplingParams | None = None,
+                          prompt: jax.Array | None = None, eos_id: int = 1) -> DecodeOutput:
+  """The baseline: one target call per token (T5X's `temperature_sample`).
+
+  Args:
+    step_fn: the target's step function.
+    cache: the target's fresh Cache, capacity >= cache_length(max_decode_len).
+    max_decode_len: static maximum number of output tokens per row.
+    rng: one PRNG key, or [B] keys (one stream per row).
+    sampling: temperature/top-k/top-p; greedy when None.
+    prompt: optional [B, P] int32 forced decoder tokens, left-aligned and
+      0-padded (as T5X's decoder prompts); they are part of the output.
+    eos_id: the token that ends a row.
+
+  Returns:
+    DecodeOutput with gamma = 0 (accept_histogram [1] counts target calls).
+  """
+  return _decode(step_fn, cache, None, None, gamma=0, max_decode_len=max_decode_len, rng=rng,
+                 sampling=sampling, lenience=1.0, prompt=prompt, eos_id=eos_id)
+
+
+def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
+                       draft_step_fn: StepFn, draft_cache: cache_lib.Cache, *, gamma: int,
+                       max_decode_len: int, rng: jax.Array,
+                       sampling: sampling_lib.SamplingParams | None = None,
+                       lenience: float | jax.Array = 1.0, prompt: jax.Array | None = None,
+                       eos_id: int = 1) -> DecodeOutput:
+  """Speculative decoding: samples exactly from the target, fewer target calls.
+
+  Args:
+    target_step_fn: step function of the target model M_p.
+    target_cache: its fresh Cache, capacity >= cache_length(max_decode_len, gamma).
+    draft_step_fn: step function of the draft model M_q (same vocabulary).
+    draft_cache: its fresh Cache, same batch and capacity bound.
+    gamma: static number of drafted tokens per iteration, >= 1.
+    max_decode_len: static maximum number of output tokens per row.
+    rng: one PRNG key, or [B] keys (one stream per row: row b then decodes
+      exactly as a batch-1 run with key rng[b]).
+    sampling: temperature/top-k/top-p, applied identically to p and q; greedy
+      when None.
+    lenience: l of Appendix A.5. 1 (the default) is exact; l < 1 accepts more
+      drafts and no longer samples exactly from the target.
+    prompt: optional [B, P] int32 forced decoder tokens, left-aligned, 0-padded.
+    eos_id: the token that ends a row.
+
+  Returns:
+    DecodeOutput.
+  """
+  if not isinstance(gamma, int) or gamma < 1:
+    raise ValueError(f'gamma must be an integer >= 1, got {gamma!r}')
+  if isinstance(lenience, (int, float)) and not 0 < lenience <= 1:
+    raise ValueError(f'lenience must be in (0, 1], got {lenience}')
+  return _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
+                 max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
+                 prompt=prompt, eos_id=eos_id)
+
+
+def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, max_decode_len,
+            rng, sampling, lenience, prompt, eos_id) -> DecodeOutput:
+  """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
+  speculate = draft_step_fn is not None
+  batch = target_cache.batch_size
+  _check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
+                     max_decode_len=max_decode_len, prompt=prompt)
+  sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
+
+  tokens = jnp.full((batch, max_decode_len + gamma + 2), BOS_ID, jnp.int32)
+  index = jnp.zeros((batch,), jnp.int32)
+  if prompt is not None and prompt.shape[1]:
+    prompt = prompt.astype(jnp.int32)
+    tokens = tokens.at[:, 1:prompt.shape[1] + 1].set(prompt)
+    index = jnp.sum(prompt != 0, axis=-1).astype(jnp.int32)
+    # Prefill: feed BOS and the prompt (positions 0..P-1) in one call per model.
+    _, target_cache = target_step_fn(tokens[:, :prompt.shape[1]], target_cache)
+    if speculate:
+      _, draft_cache = draft_step_fn(tokens[:, :prompt.shape[1]], draft_cache)
+  target_cache = cache_lib.rewind(target_cache, index)
+  draft_cache = cache_lib.rewind(draft_cache, index) if speculate else None
+
+  zeros = jnp.zeros((batch,), jnp.int32)
+  state = _LoopState(
+      tokens=tokens, index=index, done=jnp.zeros((batch,), bool), target_cache=target_cache,
+      draft_cache=draft_cache, rng=_row_keys(rng, batch), target_calls=zeros, draft_calls=zeros,
+      accept_histogram=jnp.zeros((gamma + 1,), jnp.int32),
+      loop_target_calls=jnp.zeros((), jnp.int32), loop_draft_calls=jnp.zeros((), jnp.int32))
+
+  if speculate:
+    body = _speculative_body(target_step_fn, draft_step_fn, gamma=gamma,
+                             max_decode_len=max_decode_len, sampling=sampling, lenience=lenience,
+                             eos_id=eos_id)
+  else:
+    body = _autoregressive_body(target_step_fn, max_decode_len=max_decode_len, sampling=sampling,
+                                eos_id=eos_id)
+  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state)
+
+  positions = jnp.arange(1, max_decode_len + 1)
+  out = jnp.where(positions[None, :] <= state.index[:, None],
+                  state.tokens[:, 1:max_decode_len + 1], 0)
+  return DecodeOutput(
+      tokens=out, lengths=state.index, generated=state.index - index,
+      target_calls=state.target_calls, draft_calls=state.draft_calls,
+      accept_histogram=state.accept_histogram, loop_target_calls=state.loop_target_calls,
+      loop_draft_calls=state.loop_draft_calls)
+
+
+def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
+  """One baseline iteration: one target call, one token per unfinished row."""
+
+  def body(s: _LoopState) -> _LoopState:
+    rng, key = _split_rows(s.rng, 2)
+    last = jnp.take_along_axis(s.tokens, s.index[:, None], axis=1)  # [B, 1]
+    logits, cache = step_fn(last, s.target_cache)
+    token = sampling_lib.sample(key, sampling_lib.adjust(logits[:, 0], sampling))  # [B]
+    active = ~s.done
+    tokens = cache_lib.write(s.tokens, token[:, None], s.index + 1)
+    index = s.index + active
+    done = s.done | (active & (token == eos_id)) | (index >= max_decode_len)
+    return s.replace(
+        tokens=tokens, index=index, done=done, target_cache=cache_lib.rewind(cache, index), rng=rng,
+        target_calls=s.target_calls + active,
+        accept_histogram=s.accept_histogram + jnp.sum(active),
+        loop_target_calls=s.loop_target_calls + 1)
+
+  return body
+
+
+def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, sampling,
+                      lenience, eos_id):
+  """One speculative iteration: gamma draft calls, one verify call, accept."""
+
+  def draft_one(carry, key):
+    cache, token = carry
+    logits, cache = draft_step_fn(token[:, None], cache)
+    q_i = sampling_lib.adjust(logits[:, 0], sampling)  # [B, V]
+    x_i = sampling_lib.sample(key, q_i)  # [B]
+    return (cache, x_i), (x_i, q_i)
+
+  def body(s: _LoopState) -> _LoopState:
+    rng, draft_key, accept_key = _split_rows(s.rng, 3)
+    active = ~s.done
+    last = jnp.take_along_axis(s.tokens, s.index[:, None], axis=1)[:, 0]  # [B]
+
+    # 1. Draft: [gamma] keys per row -> x [B, gamma], q [B, gamma, V].
+    draft_keys = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key), 0, 1)
+    (draft_cache, _), (x, q) = jax.lax.scan(draft_one, (s.draft_cache, last), draft_keys)
+    x, q = jnp.swapaxes(x, 0, 1), jnp.swapaxes(q, 0, 1)
+
+    # 2. Verify: one target call over [last, x_1..x_gamma] -> p [B, gamma + 1, V].
+    logits, target_cache = target_step_fn(jnp.concatenate([last[:, None], x], axis=1),
+                                          s.target_cache)
+    p = sampling_lib.adjust(logits, sampling)
+
+    # 3. Accept a prefix of n drafts; y is the target's own token after it.
+    n, y = speculative.accept_reject(accept_key, x, q, p, lenience)
+    sweep = active & (n == gamma)
+    draft_cache = jax.lax.cond(jnp.any(sweep), lambda c: draft_step_fn(x[:, -1:], c)[1],
+                               lambda c: c, draft_cache)
+
+    # 4. Emit x_1..x_n, y, cut at the first EOS and at max_decode_len.
+    slots = jnp.arange(gamma + 1)
+    candidates = jnp.where(slots[None, :] == n[:, None], y[:, None],
+                           jnp.pad(x, ((0, 0), (0, 1))))  # [B, gamma + 1]
+    emit = ((slots[None, :] <= n[:, None]) & active[:, None]
+            & (s.index[:, None] + 1 + slots[None, :] <= max_decode_len))
+    is_eos = emit & (candidates == eos_id)
+    emit &= (jnp.cumsum(is_eos, axis=1) - is_eos) == 0  # nothing after the first EOS
+    index = s.index + jnp.sum(emit, axis=1, dtype=jnp.int32)
+    done = s.done | jnp.any(is_eos, axis=1) | (index >= max_decode_len)
+
+    return s.replace(
+        tokens=cache_lib.write(s.tokens, candidates, s.index + 1), index=index, done=done,
+        target_cache=cache_lib.rewind(target_cache, index),
+        draft_cache=cache_lib.rewind(draft_cache, index), rng=rng,
+        target_calls=s.target_calls + active,
+        draft_calls=s.draft_calls + active * gamma + sweep,
+        accept_histogram=s.accept_histogram + jnp.sum(
+            jax.nn.one_hot(n, gamma + 1, dtype=jnp.int32) * active[:, None], axis=0),
+        loop_target_calls=s.loop_target_calls + 1,
+        loop_draft_calls=s.loop_draft_calls + gamma + jnp.any(sweep))
+
+  return body
+
+
+def _split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
+  """[B] keys -> `num` arrays of [B] keys, each row split independently."""
+  split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
+  return [split[:, i] for i in range(num)]
+
+
+def _row_keys(rng: jax.Array, batch: int) -> jax.Array:
+  """One key, or [B] keys (typed or raw uint32), -> [B] typed keys."""
+  if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.wrap_key_data(rng)
+  if rng.ndim == 0:
+    return jax.random.split(rng, batch)
+  if rng.shape != (batch,):
+    raise ValueError(f'rng must be one key or {batch} keys (one per row), got shape {rng.shape}')
+  return rng
+
+
+def _check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma,
+                       max_decode_len, prompt) -> None:
+  """Raises ValueError for arguments that would decode garbage."""
+  if not isinstance(max_decode_len, int) or max_decode_len < 1:
+    raise ValueError(f'max_decode_len must be an integer >= 1, got {max_decode_len!r}')
+  needed = cache_length(max_decode_len, gamma)
+  caches = {'target': target_cache} if draft_step_fn is None else {
+      'target': target_cache, 'draft': draft_cache}
+  for name, cache in caches.items():
+    if cache.capacity < needed:
+      raise ValueError(
+          f'the {name} cache holds {cache.capacity} positions but max_decode_len='
+          f'{max_decode_len} with gamma={gamma} needs {needed}: allocate it with '
+          f'cache_length(max_decode_len, gamma)')
+  batch = target_cache.batch_size
+  if draft_step_fn is not None and draft_cache.batch_size != batch:
+    raise ValueError(f'draft cache batch {draft_cache.batch_size} != target cache batch {batch}')
+  if prompt is not None:
+    if prompt.ndim != 2 or prompt.shape[0] != batch:
+      raise ValueError(f'prompt must be [batch={batch}, P], got shape {prompt.shape}')
+    if prompt.shape[1] >= max_decode_len:
+      raise ValueError(f'prompt of length {prompt.shape[1]} does not fit max_decode_len='
+                       f'{max_decode_len}: it must be shorter, to leave room to decode')
+  if draft_step_fn is not None:
+    probe = jnp.zeros((batch, 1), jnp.int32)
+    v_p = jax.eval_shape(target_step_fn, probe, target_cache)[0].shape[-1]
+    v_q = jax.eval_shape(draft_step_fn, probe, draft_cache)[0].shape[-1]
+    if v_p != v_q:
+      raise ValueError(f'draft vocabulary size {v_q} != target vocabulary size {v_p}: speculative '
+                       'sampling compares p and q token by token, so they must share a vocabulary')

@@ -1,0 +1,125 @@
+"""Logits -> the adjusted distribution the paper samples from.
+
+Speculative sampling is exact for any distribution, so the usual decoding knobs
+(temperature, top-k, top-p, argmax) are applied the same way to the target's
+logits (giving p) and to the draft's (giving q), and the accept/reject test then
+runs on the adjusted p and q (paper, Section 2.3). Temperature 0 is argmax,
+written as a one-hot distribution, which makes greedy decoding a special case of
+sampling with no separate code path.
+
+The knob values are traced: changing them does not recompile a decoding loop.
+All probability arithmetic is float32, whatever the model's dtype.
+"""
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@flax.struct.dataclass
+class SamplingParams:
+  """Traced decoding knobs (scalars, or [B] for one value per row).
+
+  Attributes:
+    temperature: 0 means argmax (greedy); otherwise logits are divided by it.
+    top_k: keep the k most likely tokens (ties at the k-th value are kept);
+      0 disables.
+    top_p: keep the smallest set of most likely tokens whose mass reaches
+      top_p (nucleus; ties at the boundary are kept); 1 disables.
+  """
+
+  temperature: jax.Array
+  top_k: jax.Array
+  top_p: jax.Array
+
+  @classmethod
+  def create(cls, temperature=0.0, top_k=0, top_p=1.0) -> 'SamplingParams':
+    """Builds parameters from host values, raising ValueError on nonsense.
+
+    Inside a traced function construct `SamplingParams(...)` directly instead.
+    """
+    temperature, top_k, top_p = (np.asarray(v) for v in (temperature, top_k, top_p))
+    if np.any(temperature < 0) or not np.all(np.isfinite(temperature)):
+      raise ValueError(f'temperature must be finite and >= 0, got {temperature}')
+    if np.any(top_k < 0) or not np.issubdtype(top_k.dtype, np.integer):
+      raise ValueError(f'top_k must be an integer >= 0 (0 disables), got {top_k}')
+    if np.any(top_p <= 0) or np.any(top_p > 1):
+      raise ValueError(f'top_p must be in (0, 1] (1 disables), got {top_p}')
+    return cls(
+        temperature=jnp.asarray(temperature, jnp.float32),
+        top_k=jnp.asarray(top_k, jnp.int32),
+        top_p=jnp.asarray(top_p, jnp.float32))
+
+
+def _per_row(value: jax.Array, ndim: int) -> jax.Array:
+  """[] or [B] -> broadcastable against [B, ..., V] with `ndim` dims."""
+  value = jnp.asarray(value)
+  return value.reshape(value.shape + (1,) * (ndim - value.ndim))
+
+
+def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
+  """[..., V] logits -> [..., V] logits outside the top k set to -inf."""
+  k = jnp.clip(top_k, 1, logits.shape[-1])
+  ranked = jnp.sort(logits, axis=-1)[..., ::-1]  # [..., V] descending
+  kth = jnp.take_along_axis(ranked, jnp.broadcast_to(k - 1, ranked.shape[:-1] + (1,)),
+                            axis=-1)  # [..., 1]
+  keep = (logits >= kth) | (top_k <= 0)
+  return jnp.where(keep, logits, -jnp.inf)
+
+
+def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
+  """[..., V] probabilities -> [..., V] with mass outside the nucleus zeroed."""
+  ranked = jnp.sort(probs, axis=-1)[..., ::-1]  # [..., V] descending
+  mass_before = jnp.cumsum(ranked, axis=-1) - ranked
+  # The smallest kept probability: the last rank whose preceding mass < top_p.
+  in_nucleus = mass_before < top_p
+  threshold = jnp.min(jnp.where(in_nucleus, ranked, jnp.inf), axis=-1, keepdims=True)
+  keep = (probs >= threshold) | (top_p >= 1.0)
+  return jnp.where(keep, probs, 0.0)
+
+
+def adjust(logits: jax.Array, params: SamplingParams) -> jax.Array:
+  """The distribution to sample from, after temperature, top-k and top-p.
+
+  Args:
+    logits: [B, ..., V] raw logits (any float dtype; -inf allowed).
+    params: sampling knobs, scalars or [B].
+
+  Returns:
+    [B, ..., V] float32 probabilities summing to 1 along the last axis. At
+    temperature 0 this is the one-hot of the argmax (first index on ties).
+  """
+  logits = logits.astype(jnp.float32)
+  ndim = logits.ndim
+  temperature = _per_row(params.temperature, ndim)
+  top_k = _per_row(params.top_k, ndim)
+  top_p = _per_row(params.top_p, ndim)
+
+  greedy = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+
+  # Sorting V entries per position is the cost of top-k/top-p; skip it at run
+  # time when the knob is off (the branch is chosen per call, not per trace).
+  scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
+  scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
+  probs = jax.nn.softmax(scaled, axis=-1)
+  probs = jax.lax.cond(jnp.any(top_p < 1.0), _top_p_mask, lambda x, _: x, probs, top_p)
+  probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+  return jnp.where(temperature > 0, probs, greedy)
+
+
+def sample(key: jax.Array, probs: jax.Array) -> jax.Array:
+  """Draws one token per distribution.
+
+  Args:
+    key: one PRNG key, or [B] keys (one stream per row).
+    probs: [B, ..., V] float32 probabilities.
+
+  Returns:
+    [B, ...] int32 token ids. A token of probability 0 is never drawn.
+  """
+  log_probs = jnp.log(probs)  # log(0) = -inf: never drawn.
+  if key.shape:
+    draw = jax.vmap(lambda k, lp: jax.random.categorical(k, lp, axis=-1))
+    return draw(key, log_probs).astype(jnp.int32)
+  return jax.random.categorical(key, log_probs, axis=-1).astype(jnp.int32)

@@ -1,0 +1,211 @@
+"""Tests for spec_decode.decoding: the baseline and speculative loops."""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_decode import decoding
+from spec_decode import sampling
+from tests import stubs
+
+# Each statistical test rejects at this p-value (its false-positive rate).
+FALSE_POSITIVE_RATE = 1e-4
+EOS = 1
+
+
+def _decode(target, draft, *, batch, max_len, gamma, rng, params=None, prompt=None, eos_id=EOS,
+            lenience=1.0):
+  """Jit-compiles and runs one loop; draft=None runs the baseline."""
+  capacity = decoding.cache_length(max_len, gamma)
+
+  @functools.partial(jax.jit, static_argnames=())
+  def run(rng, params, prompt):
+    if draft is None:
+      return decoding.autoregressive_decode(
+          target.step_fn, target.init_cache(batch, capacity), max_decode_len=max_len, rng=rng,
+          sampling=params, prompt=prompt, eos_id=eos_id)
+    return decoding.speculative_decode(
+        target.step_fn, target.init_cache(batch, capacity), draft.step_fn,
+        draft.init_cache(batch, capacity), gamma=gamma, max_decode_len=max_len, rng=rng,
+        sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience)
+
+  return run(rng, params, prompt)
+
+
+def _sequence_distribution(model, params, max_len, eos_id=EOS):
+  """{sequence: probability} of the target's own samples (exact enumeration)."""
+  dist = {}
+
+  def expand(prefix, prob):
+    logits = jnp.asarray(model.next_logits(prefix))[None]
+    probs = np.asarray(sampling.adjust(logits, params))[0]
+    for token in np.flatnonzero(probs):
+      seq = prefix + (int(token),)
+      if token == eos_id or len(seq) == max_len:
+        dist[seq] = dist.get(seq, 0.0) + prob * probs[token]
+      else:
+        expand(seq, prob * probs[token])
+
+  expand((), 1.0)
+  return dist
+
+
+def _outcome_counts(out, dist):
+  """Histogram of decoded rows over the outcomes of `dist`."""
+  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+  position = {seq: i for i, seq in enumerate(dist)}
+  counts = np.zeros(len(dist) + 1, np.int64)  # last bin: impossible sequences
+  for row, length in zip(tokens, lengths):
+    counts[position.get(tuple(row[:length]), len(dist))] += 1
+  return counts
+
+
+@pytest.mark.parametrize('gamma, knobs', [
+    (None, dict(temperature=1.0)),
+    (1, dict(temperature=1.0)),
+    (3, dict(temperature=1.0)),
+    (3, dict(temperature=0.9, top_k=4, top_p=0.9)),
+])
+def test_sequence_distribution_is_the_targets(gamma, knobs):
+  """Joint law of the first three tokens of the full loop == p's, by chi-square."""
+  vocab, max_len, rows = 6, 3, 120_000
+  target = stubs.TableModel.random(0, vocab, banned=0.15)
+  draft = stubs.TableModel.random(1, vocab, banned=0.25)
+  params = sampling.SamplingParams.create(**knobs)
+  dist = _sequence_distribution(target, params, max_len)
+  out = _decode(target, draft if gamma else None, batch=rows, max_len=max_len, gamma=gamma or 0,
+                rng=jax.random.key(11), params=params)
+  counts = _outcome_counts(out, dist)
+  probs = np.append(np.array(list(dist.values())), 0.0)
+  assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE
+  if gamma:  # some drafts were rejected, so the residual path was exercised
+    hist = np.asarray(out.accept_histogram)
+    assert hist[0] > 0 and hist[gamma] > 0
+
+
+@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('gamma', [1, 2, 5])
+def test_greedy_speculative_equals_greedy_baseline(seed, gamma):
+  vocab, batch, max_len = 11, 4, 17
+  target = stubs.TableModel.random(seed, vocab)
+  # A draft that agrees with the target most of the time, not always.
+  draft = stubs.TableModel(np.asarray(target.table)
+                           + 0.8 * np.random.default_rng(seed + 50).standard_normal(
+                               target.table.shape))
+  prompt = jnp.array([[5, 7, 0], [0, 0, 0], [3, 0, 0], [4, 4, 4]])
+  base = _decode(target, None, batch=batch, max_len=max_len, gamma=0, rng=jax.random.key(0),
+                 prompt=prompt)
+  spec = _decode(target, draft, batch=batch, max_len=max_len, gamma=gamma,
+                 rng=jax.random.key(1), prompt=prompt)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  np.testing.assert_array_equal(spec.lengths, base.lengths)
+  np.testing.assert_array_equal(np.asarray(spec.tokens)[:, :3], np.where(
+      np.arange(3) < np.array([[2], [0], [1], [3]]), prompt, np.asarray(spec.tokens)[:, :3]))
+  assert int(jnp.sum(spec.accept_histogram)) == int(jnp.sum(spec.target_calls))
+  assert int(jnp.sum(spec.target_calls)) <= int(jnp.sum(base.target_calls))
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+@pytest.mark.parametrize('gamma', [1, 4])
+def test_draft_equal_to_target_accepts_everything(gamma, temperature):
+  vocab, max_len = 9, 4 * (gamma + 1)
+  target = stubs.TableModel.random(3, vocab)
+  out = _decode(target, target, batch=3, max_len=max_len, gamma=gamma, rng=jax.random.key(2),
+                params=sampling.SamplingParams.create(temperature=temperature), eos_id=-1)
+  hist = np.asarray(out.accept_histogram)
+  assert hist[:gamma].sum() == 0 and hist[gamma] == 3 * 4
+  np.testing.assert_array_equal(out.lengths, [max_len] * 3)
+  assert float(out.tokens_per_target_call) == gamma + 1
+  # gamma draft calls per iteration, plus one catch-up call after each sweep.
+  np.testing.assert_array_equal(out.draft_calls, [4 * (gamma + 1)] * 3)
+
+
+@pytest.mark.parametrize('gamma', [None, 3])
+def test_batch_rows_equal_their_batch_1_runs(gamma):
+  vocab, batch, max_len = 7, 5, 12
+  target = stubs.TableModel.random(4, vocab, banned=0.1)
+  draft = stubs.TableModel.random(5, vocab)
+  params = sampling.SamplingParams.create(temperature=1.0)
+  keys = jax.random.split(jax.random.key(3), batch)
+  prompt = jnp.array([[2, 0], [0, 0], [3, 4], [5, 0], [0, 0]])
+  kwargs = dict(max_len=max_len, gamma=gamma or 0, params=params)
+  full = _decode(target, gamma and draft, batch=batch, rng=keys, prompt=prompt, **kwargs)
+  for b in range(batch):
+    one = _decode(target, gamma and draft, batch=1, rng=keys[b:b + 1], prompt=prompt[b:b + 1],
+                  **kwargs)
+    np.testing.assert_array_equal(one.tokens[0], full.tokens[b])
+    np.testing.assert_array_equal(one.target_calls[0], full.target_calls[b])
+    np.testing.assert_array_equal(one.draft_calls[0], full.draft_calls[b])
+
+
+@pytest.mark.parametrize('gamma', [None, 2, 6])
+def test_eos_and_max_len_end_rows(gamma):
+  vocab, batch, max_len = 5, 64, 7
+  target = stubs.TableModel.random(6, vocab)
+  draft = stubs.TableModel.random(7, vocab)
+  out = _decode(target, gamma and draft, batch=batch, max_len=max_len, gamma=gamma or 0,
+                rng=jax.random.key(5), params=sampling.SamplingParams.create(temperature=1.0))
+  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+  assert tokens.shape == (batch, max_len)
+  assert np.all((lengths >= 1) & (lengths <= max_len))
+  ended_by_eos = 0
+  for row, length in zip(tokens, lengths):
+    assert np.all(row[length:] == 0)
+    assert EOS not in row[:length - 1]
+    ended_by_eos += row[length - 1] == EOS
+    assert row[length - 1] == EOS or length == max_len
+  assert 0 < ended_by_eos < batch  # both endings occur
+  np.testing.assert_array_equal(out.generated, lengths)
+
+
+def test_changing_sampling_values_does_not_recompile():
+  vocab, max_len, gamma = 6, 8, 3
+  target = stubs.TableModel.random(8, vocab)
+  draft = stubs.TableModel.random(9, vocab)
+  capacity = decoding.cache_length(max_len, gamma)
+
+  @jax.jit
+  def run(rng, params, lenience):
+    return decoding.speculative_decode(
+        target.step_fn, target.init_cache(2, capacity), draft.step_fn, draft.init_cache(2, capacity),
+        gamma=gamma, max_decode_len=max_len, rng=rng, sampling=params, lenience=lenience)
+
+  run(jax.random.key(0), sampling.SamplingParams.create(), 1.0)
+  traces = (target.traces, draft.traces)
+  for t, k, p, l in itertools.product([0.0, 0.5, 1.0], [0, 3], [1.0, 0.8], [1.0, 0.5]):
+    run(jax.random.key(1), sampling.SamplingParams.create(temperature=t, top_k=k, top_p=p), l)
+  assert (target.traces, draft.traces) == traces
+  assert run._cache_size() == 1
+
+
+def test_bad_arguments_raise_clear_errors():
+  target = stubs.TableModel.random(0, 6)
+  draft = stubs.TableModel.random(1, 6)
+  other_vocab = stubs.TableModel.random(2, 7)
+  caches = lambda m, n=20: m.init_cache(2, n)
+  key = jax.random.key(0)
+  spec = functools.partial(decoding.speculative_decode, target.step_fn, caches(target), rng=key)
+  with pytest.raises(ValueError, match='gamma must be an integer >= 1'):
+    spec(draft.step_fn, caches(draft), gamma=0, max_decode_len=8)
+  with pytest.raises(ValueError, match='gamma must be an integer >= 1'):
+    spec(draft.step_fn, caches(draft), gamma=2.0, max_decode_len=8)
+  with pytest.raises(ValueError, match='max_decode_len must be an integer >= 1'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=0)
+  with pytest.raises(ValueError, match='draft vocabulary size 7 != target vocabulary size 6'):
+    spec(other_vocab.step_fn, caches(other_vocab), gamma=2, max_decode_len=8)
+  with pytest.raises(ValueError, match='draft cache holds 5 positions'):
+    spec(draft.step_fn, caches(draft, 5), gamma=2, max_decode_len=8)
+  with pytest.raises(ValueError, match='prompt of length 8 does not fit max_decode_len=8'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8,
+         prompt=jnp.ones((2, 8), jnp.int32))
+  with pytest.raises(ValueError, match='lenience must be in'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, lenience=0.0)
+  with pytest.raises(ValueError, match='rng must be one key or 2 keys'):
+    decoding.autoregressive_decode(target.step_fn, caches(target), max_decode_len=8,
+                                   rng=jax.random.split(key, 3))
+  with pytest.raises(ValueError, match='target cache holds 8 positions'):
+    decoding.autoregressive_decode(target.step_fn, caches(target, 8), max_decode_len=8, rng=key)

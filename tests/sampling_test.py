@@ -1,0 +1,105 @@
+"""Tests for spec_decode.sampling: the adjusted distributions p and q."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_decode import sampling
+from tests import stubs
+
+# Every statistical test in this suite rejects at this p-value: its false
+# positive rate (seeds are fixed, so a given run is deterministic).
+FALSE_POSITIVE_RATE = 1e-4
+
+
+def _adjust(logits, **kwargs):
+  return np.asarray(sampling.adjust(jnp.asarray(logits, jnp.float32),
+                                    sampling.SamplingParams.create(**kwargs)))
+
+
+def test_greedy_is_one_hot_of_argmax():
+  logits = np.array([[0.1, 3.0, -1.0, 3.0], [-np.inf, -2.0, -np.inf, -5.0]])
+  np.testing.assert_array_equal(_adjust(logits, temperature=0.0), [[0, 1, 0, 0], [0, 1, 0, 0]])
+
+
+def test_temperature_scales_logits():
+  logits = np.random.default_rng(0).standard_normal((3, 7))
+  for t in (0.5, 1.0, 2.0):
+    expected = np.asarray(jax.nn.softmax(logits / t, axis=-1))
+    np.testing.assert_allclose(_adjust(logits, temperature=t), expected, rtol=1e-5)
+
+
+def test_top_k_keeps_k_most_likely():
+  logits = np.array([[1.0, 4.0, 2.0, 3.0, 0.0]])
+  probs = _adjust(logits, temperature=1.0, top_k=2)
+  np.testing.assert_array_equal(probs > 0, [[False, True, False, True, False]])
+  np.testing.assert_allclose(probs[0, [1, 3]], jax.nn.softmax(jnp.array([4.0, 3.0])), rtol=1e-6)
+
+
+def test_top_p_keeps_smallest_nucleus():
+  probs_in = np.array([[0.5, 0.05, 0.3, 0.15]])
+  logits = np.log(probs_in)
+  # 0.5 < 0.7 so the nucleus needs 0.5 + 0.3; 0.8 >= 0.7 stops there.
+  np.testing.assert_allclose(_adjust(logits, temperature=1.0, top_p=0.7),
+                             [[0.5 / 0.8, 0, 0.3 / 0.8, 0]], rtol=1e-5)
+  # A nucleus smaller than the top token keeps the top token alone.
+  np.testing.assert_allclose(_adjust(logits, temperature=1.0, top_p=0.1), [[1, 0, 0, 0]])
+  np.testing.assert_allclose(_adjust(logits, temperature=1.0, top_p=1.0), probs_in, rtol=1e-5)
+
+
+def test_top_k_and_top_p_compose_with_neg_inf_logits():
+  logits = np.array([[-np.inf, 2.0, 1.0, -np.inf, 0.5, 0.4]])
+  probs = _adjust(logits, temperature=1.0, top_k=3, top_p=0.9)
+  assert np.isclose(probs.sum(), 1.0)
+  assert probs[0, 0] == 0 and probs[0, 3] == 0 and probs[0, 5] == 0
+
+
+def test_per_row_params():
+  logits = np.random.default_rng(1).standard_normal((2, 3, 9))
+  params = sampling.SamplingParams.create(temperature=[0.0, 1.0], top_k=[0, 2], top_p=[1.0, 1.0])
+  probs = np.asarray(sampling.adjust(jnp.asarray(logits), params))
+  np.testing.assert_array_equal(probs[0], _adjust(logits[0], temperature=0.0))
+  np.testing.assert_allclose(probs[1], _adjust(logits[1], temperature=1.0, top_k=2), rtol=1e-6)
+
+
+def test_bf16_logits_give_float32_probs():
+  logits = jnp.asarray(np.random.default_rng(2).standard_normal((2, 5)), jnp.bfloat16)
+  probs = sampling.adjust(logits, sampling.SamplingParams.create(temperature=1.0))
+  assert probs.dtype == jnp.float32
+
+
+def test_changing_values_does_not_retrace():
+  traces = []
+
+  @jax.jit
+  def f(logits, params):
+    traces.append(1)
+    return sampling.adjust(logits, params)
+
+  logits = jnp.zeros((2, 5))
+  for t, k, p in [(0.0, 0, 1.0), (1.0, 3, 0.9), (0.7, 0, 0.5), (2.0, 1, 1.0)]:
+    f(logits, sampling.SamplingParams.create(temperature=t, top_k=k, top_p=p))
+  assert len(traces) == 1
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(temperature=-1.0), 'temperature'),
+    (dict(top_k=-2), 'top_k'),
+    (dict(top_k=1.5), 'top_k'),
+    (dict(top_p=0.0), 'top_p'),
+    (dict(top_p=1.5), 'top_p'),
+])
+def test_bad_params_raise(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    sampling.SamplingParams.create(**kwargs)
+
+
+def test_sample_matches_probs_and_never_draws_zero_mass():
+  probs = np.array([0.4, 0.0, 0.25, 0.2, 0.1, 0.05, 0.0, 0.0], np.float32)
+  n = 200_000
+  keys = jax.random.split(jax.random.key(0), n)
+  draws = np.asarray(sampling.sample(keys, jnp.broadcast_to(probs, (n, probs.size))))
+  counts = np.bincount(draws, minlength=probs.size)
+  assert counts[probs == 0].sum() == 0
+  assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE

@@ -1,0 +1,73 @@
+"""Stub models and a goodness-of-fit test shared by the engine tests."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from spec_decode import cache as cache_lib
+
+
+class TableModel:
+  """A toy language model whose logits depend on the last two tokens.
+
+  logits at position t = table[token_{t-1}, token_t], with token_{-1} = V (a
+  start symbol). The history lives in the cache, so a wrong rewind or a stale
+  entry changes the logits: the stub exercises the cache contract as a real
+  decoder does. `calls` counts traces of the step function.
+  """
+
+  def __init__(self, table: np.ndarray):
+    self.table = jnp.asarray(table, jnp.float32)  # [V + 1, V, V]
+    self.vocab = table.shape[-1]
+    self.traces = 0
+
+  @classmethod
+  def random(cls, seed: int, vocab: int, scale: float = 1.5, banned: float = 0.0) -> 'TableModel':
+    """Random table; a fraction `banned` of logits is -inf (partial support)."""
+    rng = np.random.default_rng(seed)
+    table = scale * rng.standard_normal((vocab + 1, vocab, vocab))
+    table[rng.random(table.shape) < banned] = -np.inf
+    table[..., 2] = np.maximum(table[..., 2], -1.0)  # every context has some support
+    return cls(table)
+
+  def init_cache(self, batch: int, capacity: int) -> cache_lib.Cache:
+    return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
+                           layers=jnp.zeros((batch, capacity), jnp.int32), capacity=capacity)
+
+  def step_fn(self, tokens: jax.Array, cache: cache_lib.Cache):
+    """tokens [B, K] -> logits [B, K, V], cache advanced by K."""
+    self.traces += 1
+    history = cache_lib.write(cache.layers, tokens, cache.index)  # [B, T]
+    positions = cache.index[:, None] + jnp.arange(tokens.shape[1])  # [B, K]
+    prev = jnp.take_along_axis(history, jnp.maximum(positions - 1, 0), axis=1)
+    prev = jnp.where(positions == 0, self.vocab, prev)
+    logits = self.table[prev, tokens]  # [B, K, V]
+    return logits, cache.replace(index=cache.index + tokens.shape[1], layers=history)
+
+  def next_logits(self, prefix: tuple[int, ...]) -> np.ndarray:
+    """[V] logits after BOS + prefix (host-side, for exact enumeration)."""
+    seq = (0,) + tuple(prefix)
+    prev = self.vocab if len(seq) == 1 else seq[-2]
+    return np.asarray(self.table[prev, seq[-1]])
+
+
+def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> float:
+  """Pearson chi-square p-value of observed counts against probabilities.
+
+  Outcomes with expected count below `min_expected` are pooled into one bin, so
+  the asymptotic chi-square law holds. An observed count in an outcome of
+  probability zero gives p-value 0.
+  """
+  counts = np.asarray(counts, np.float64).ravel()
+  probs = np.asarray(probs, np.float64).ravel()
+  if np.any(counts[probs <= 0] > 0):
+    return 0.0
+  expected = probs * counts.sum()
+  big = expected >= min_expected
+  obs = np.append(counts[big], counts[~big].sum())
+  exp = np.append(expected[big], expected[~big].sum())
+  keep = exp > 0
+  if keep.sum() < 2:
+    return 1.0
+  return float(stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
