@@ -1,0 +1,147 @@
+"""seqio tasks: the paper's T5 tasks (tfds) and the bundled local demo tasks.
+
+Importing this module registers (again, if it was reloaded):
+  wmt_t2t_ende_v003    tfds wmt_t2t_translate/de-en, "translate English to
+                       German: ", BLEU; the public T5 vocabulary.
+  cnn_dailymail_v002   tfds cnn_dailymail, "summarize: ", ROUGE; same vocab.
+  demo_ende            Multi30k + DDTP En-De (train, validation), tests
+                       test_multi30k, test_ddtp, test_newstest2014; BLEU.
+  demo_debsum          Debian description -> synopsis (train, validation,
+                       test), test_cnndm (200 CNN/DM articles); ROUGE.
+  demo_mix             demo_ende + demo_debsum by training-example count.
+The demo tasks use the bundled 8k vocabulary. Nothing here reads data, a
+vocabulary or the network before a dataset is requested.
+"""
+
+import functools
+
+import numpy as np
+from rouge_score import rouge_scorer
+import sacrebleu
+import seqio
+import tensorflow as tf
+
+from spec_decode import data
+
+T5_VOCAB_PATH = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
+
+# Example counts of the local splits (see each corpus's PROVENANCE.md).
+NUM_EXAMPLES = {
+    'demo_ende': {'train': 60360, 'validation': 1705, 'test_multi30k': 1000,
+                  'test_ddtp': 644, 'test_newstest2014': 3003},
+    'demo_debsum': {'train': 48113, 'validation': 1044, 'test': 1001,
+                    'test_cnndm': 200},
+}
+
+
+def bleu(targets: list[str], predictions: list[str]) -> dict[str, float]:
+  """Corpus BLEU from sacrebleu, set up as T5's `metrics.bleu`."""
+  score = sacrebleu.corpus_bleu(
+      predictions, [targets], smooth_method='exp', tokenize='intl')
+  return {'bleu': score.score}
+
+
+def rouge(targets: list[str], predictions: list[str]) -> dict[str, float]:
+  """Mean ROUGE-1/2/Lsum F-measure x 100, rouge-score's default tokenizer.
+
+  As in T5's `metrics.rouge`, " . " ends a sentence for ROUGE-Lsum; the mean
+  replaces T5's bootstrap midpoint, which it approximates.
+  """
+  keys = ('rouge1', 'rouge2', 'rougeLsum')
+  scorer = rouge_scorer.RougeScorer(keys)
+
+  def sentences(text):
+    return text.replace(' . ', ' .\n')
+
+  scores = [scorer.score(sentences(t), sentences(p))
+            for t, p in zip(targets, predictions)]
+  return {k: 100 * float(np.mean([s[k].fmeasure for s in scores])) for k in keys}
+
+
+def _features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
+  return {
+      'inputs': seqio.Feature(vocabulary=vocabulary, add_eos=True,
+                              required=False),
+      'targets': seqio.Feature(vocabulary=vocabulary, add_eos=True),
+  }
+
+
+def _text_to_tokens() -> list:
+  return [seqio.preprocessors.tokenize, seqio.CacheDatasetPlaceholder(),
+          seqio.preprocessors.append_eos_after_trim]
+
+
+@seqio.map_over_dataset
+def _prefix(x, source_key, target_key, prefix):
+  return {'inputs': tf.strings.join([prefix, x[source_key]]),
+          'targets': x[target_key]}
+
+
+def _local_source(task_name: str) -> seqio.FunctionDataSource:
+  """A source over `data.load_examples`, so both read the same text."""
+
+  def dataset_fn(split, shuffle_files, seed=None):
+    del shuffle_files, seed  # One in-memory shard; seqio shuffles examples.
+    examples = data.load_examples(task_name, split)
+    return tf.data.Dataset.from_tensor_slices({
+        'inputs': [e['inputs'] for e in examples],
+        'targets': [e['targets'] for e in examples],
+    })
+
+  return seqio.FunctionDataSource(
+      dataset_fn, splits=data.splits(task_name),
+      num_input_examples=NUM_EXAMPLES[task_name])
+
+
+def _add_task(name: str, **kwargs) -> None:
+  seqio.TaskRegistry.remove(name)  # Re-registration on reload is not an error.
+  seqio.TaskRegistry.add(name, **kwargs)
+
+
+def register_mixture(name: str = 'demo_mix',
+                     summarization_rate: float = 1.0) -> None:
+  """Registers demo_ende + demo_debsum, T5-style rates by example count.
+
+  Args:
+    name: the mixture name.
+    summarization_rate: scales demo_debsum's rate (its training-example count),
+      e.g. 0.25 to see a quarter as many summarization examples.
+  """
+  seqio.MixtureRegistry.remove(name)
+  seqio.MixtureRegistry.add(name, [
+      ('demo_ende', seqio.mixing_rate_num_examples),
+      ('demo_debsum', functools.partial(seqio.mixing_rate_num_examples,
+                                        scale=summarization_rate)),
+  ])
+
+
+def _register() -> None:
+  """Registers every task of the module docstring; safe to call again."""
+  t5_features = _features(seqio.SentencePieceVocabulary(T5_VOCAB_PATH,
+                                                         extra_ids=100))
+  _add_task(
+      'wmt_t2t_ende_v003',
+      source=seqio.TfdsDataSource(tfds_name='wmt_t2t_translate/de-en:1.0.0'),
+      preprocessors=[functools.partial(
+          _prefix, source_key='en', target_key='de',
+          prefix=data.TRANSLATION_PREFIX)] + _text_to_tokens(),
+      output_features=t5_features,
+      metric_fns=[bleu])
+  _add_task(
+      'cnn_dailymail_v002',
+      source=seqio.TfdsDataSource(tfds_name='cnn_dailymail:3.1.0'),
+      preprocessors=[functools.partial(
+          _prefix, source_key='article', target_key='highlights',
+          prefix=data.SUMMARIZATION_PREFIX)] + _text_to_tokens(),
+      output_features=t5_features,
+      metric_fns=[rouge])
+
+  demo_features = _features(seqio.SentencePieceVocabulary(str(data.VOCAB_PATH)))
+  for task_name, metric in (('demo_ende', bleu), ('demo_debsum', rouge)):
+    _add_task(task_name, source=_local_source(task_name),
+              preprocessors=_text_to_tokens(), output_features=demo_features,
+              metric_fns=[metric])
+  register_mixture()
+
+
+_register()

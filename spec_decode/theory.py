@@ -1,0 +1,211 @@
+"""The paper's cost model: tokens per target call, walltime and operations.
+
+Section 3 of Leviathan et al. (2023) models acceptance as i.i.d. with rate
+`alpha`: each of the `gamma` draft tokens is accepted with probability `alpha`
+until the first rejection. A target call then yields `n + 1` tokens, `n` the
+accepted drafts plus one token from the target (the residual sample or the
+bonus). `c` is the time of a draft step over a target step and `c_hat` the
+ratio of their arithmetic operations.
+
+All functions take numpy arrays (or scalars), broadcast their arguments and
+return float64 arrays. `gamma` must hold integers >= 1.
+"""
+
+from typing import Callable, Optional, Union
+
+import numpy as np
+
+ArrayLike = Union[float, int, np.ndarray]
+# Cost of one target pass over K = gamma + 1 positions, in single-step units:
+# a callable K -> cost, or a 1-D array whose entry K - 1 is that cost.
+VerifyCost = Union[Callable[[np.ndarray], ArrayLike], np.ndarray]
+
+# (alpha, gamma) rows of Table 1, which assumes c = c_hat = 0.
+TABLE1_ROWS = ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))
+
+
+def _check_alpha(alpha: ArrayLike) -> np.ndarray:
+  alpha = np.asarray(alpha, dtype=np.float64)
+  if not np.all((alpha >= 0) & (alpha <= 1)):  # Also rejects NaN.
+    raise ValueError(f'alpha must lie in [0, 1], got {alpha}.')
+  return alpha
+
+
+def _check_gamma(gamma: ArrayLike) -> np.ndarray:
+  gamma = np.asarray(gamma)
+  if gamma.dtype == bool or not np.issubdtype(gamma.dtype, np.number):
+    raise ValueError(f'gamma must be an integer >= 1, got {gamma}.')
+  if not np.all(np.isfinite(gamma) & (gamma >= 1) & (gamma == np.round(gamma))):
+    raise ValueError(f'gamma must be an integer >= 1, got {gamma}.')
+  return gamma.astype(np.int64)
+
+
+def _check_cost(value: ArrayLike, name: str) -> np.ndarray:
+  value = np.asarray(value, dtype=np.float64)
+  if not np.all(np.isfinite(value) & (value >= 0)):
+    raise ValueError(f'{name} must be finite and >= 0, got {value}.')
+  return value
+
+
+def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> np.ndarray:
+  """Eq. (1): expected tokens per target call, (1 - alpha^(gamma+1)) / (1 - alpha).
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1].
+    gamma: draft length(s), integers >= 1.
+
+  Returns:
+    The broadcast array of expected tokens; gamma + 1 where alpha == 1.
+  """
+  alpha, gamma = _check_alpha(alpha), _check_gamma(gamma)
+  # expm1/log keep the ratio accurate for alpha close to 1.
+  with np.errstate(divide='ignore', invalid='ignore'):
+    log_alpha = np.log(alpha)
+    ratio = np.expm1((gamma + 1) * log_alpha) / np.expm1(log_alpha)
+  return np.where(alpha == 1, gamma + 1.0, ratio)
+
+
+def tokens_per_call_distribution(alpha: ArrayLike, gamma: int) -> np.ndarray:
+  """P(a target call yields k tokens), k = 1 .. gamma + 1 (truncated geometric).
+
+  P(k) = alpha^(k-1) (1 - alpha) for k <= gamma, and P(gamma + 1) = alpha^gamma
+  (all drafts accepted, plus the bonus token). Its mean is eq. (1).
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1], any shape S.
+    gamma: the draft length, a single integer >= 1.
+
+  Returns:
+    [*S, gamma + 1] probabilities; entry k - 1 is P(k tokens).
+  """
+  alpha, gamma = _check_alpha(alpha), _check_gamma(gamma)
+  if gamma.ndim:
+    raise ValueError(f'gamma must be a single integer here, got {gamma}.')
+  k = np.arange(1, gamma + 2)
+  a = alpha[..., None]
+  # [*S, 1] ** [gamma + 1] -> [*S, gamma + 1]
+  probs = a ** (k - 1) * (1 - a)
+  probs[..., -1] = alpha**gamma
+  return probs
+
+
+def _verify_cost(verify_cost: Optional[VerifyCost], k: np.ndarray) -> np.ndarray:
+  """Cost r(k) of one target pass over k positions; r = 1 if None."""
+  if verify_cost is None:
+    return np.ones(k.shape)
+  if callable(verify_cost):
+    cost = np.broadcast_to(np.asarray(verify_cost(k), np.float64), k.shape)
+  else:
+    table = np.asarray(verify_cost, dtype=np.float64)
+    if table.ndim != 1 or table.shape[0] < np.max(k):
+      raise ValueError(
+          f'verify_cost array needs one entry per K = 1 .. {np.max(k)}, '
+          f'got shape {table.shape}.')
+    cost = table[k - 1]
+  if not np.all(np.isfinite(cost) & (cost > 0)):
+    raise ValueError(f'verify_cost must be finite and > 0, got {cost}.')
+  return cost
+
+
+def walltime_improvement(
+    alpha: ArrayLike,
+    gamma: ArrayLike,
+    c: ArrayLike,
+    verify_cost: Optional[VerifyCost] = None,
+) -> np.ndarray:
+  """Eq. (5): expected walltime speedup over plain decoding.
+
+  (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)). The paper assumes the
+  target pass over gamma + 1 positions costs one step; where it does not (a
+  CPU, a large batch), `verify_cost` gives that cost r(gamma + 1) in target
+  steps, and the speedup is E[tokens] / (gamma c + r(gamma + 1)).
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1].
+    gamma: draft length(s), integers >= 1.
+    c: draft step time over target step time, >= 0.
+    verify_cost: None (r = 1), a callable K -> r(K), or an array with
+      verify_cost[K - 1] = r(K).
+
+  Returns:
+    The broadcast array of expected speedups.
+  """
+  tokens = expected_tokens(alpha, gamma)
+  gamma, c = _check_gamma(gamma), _check_cost(c, 'c')
+  return tokens / (gamma * c + _verify_cost(verify_cost, gamma + 1))
+
+
+def operations_factor(
+    alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike
+) -> np.ndarray:
+  """Eq. (6): expected arithmetic operations relative to plain decoding.
+
+  (1 - alpha)(gamma c_hat + gamma + 1) / (1 - alpha^(gamma+1)), i.e. the
+  operations of one iteration (gamma draft steps, a target pass over gamma + 1
+  positions) divided by the tokens it yields.
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1].
+    gamma: draft length(s), integers >= 1.
+    c_hat: draft operations per token over target operations per token, >= 0.
+
+  Returns:
+    The broadcast array of operation factors (>= 1 when c_hat >= 0).
+  """
+  tokens = expected_tokens(alpha, gamma)
+  gamma, c_hat = _check_gamma(gamma), _check_cost(c_hat, 'c_hat')
+  return (gamma * c_hat + gamma + 1) / tokens
+
+
+def best_gamma(
+    alpha: ArrayLike,
+    c: ArrayLike,
+    gamma_max: int = 30,
+    verify_cost: Optional[VerifyCost] = None,
+) -> tuple[np.ndarray, np.ndarray]:
+  """The gamma in 1 .. gamma_max that maximises eq. (5), by exhaustive search.
+
+  Ties go to the smaller gamma. When alpha <= c no gamma gives a speedup
+  (Corollary 3.9) and the returned speedup is < 1: decode without a draft.
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1].
+    c: draft step time over target step time, >= 0.
+    gamma_max: the largest gamma considered.
+    verify_cost: as in `walltime_improvement`.
+
+  Returns:
+    (gamma, speedup), both of the broadcast shape of alpha and c.
+  """
+  alpha, c = _check_alpha(alpha), _check_cost(c, 'c')
+  gamma_max = int(_check_gamma(gamma_max))
+  gammas = np.arange(1, gamma_max + 1)
+  # [*S, 1] x [gamma_max] -> [*S, gamma_max]
+  speedups = walltime_improvement(
+      alpha[..., None], gammas, c[..., None], verify_cost)
+  best = np.argmax(speedups, axis=-1)
+  return gammas[best], np.take_along_axis(speedups, best[..., None], -1)[..., 0]
+
+
+def speedup_possible(alpha: ArrayLike, c: ArrayLike) -> np.ndarray:
+  """Corollary 3.9: some gamma improves walltime iff alpha > c."""
+  return _check_alpha(alpha) > _check_cost(c, 'c')
+
+
+def gamma1_improvement(alpha: ArrayLike, c: ArrayLike) -> np.ndarray:
+  """(1 + alpha) / (1 + c): eq. (5) at gamma = 1, the bound of Corollary 3.9."""
+  return (1 + _check_alpha(alpha)) / (1 + _check_cost(c, 'c'))
+
+
+def table1() -> list[dict[str, float]]:
+  """Table 1: operations and speed for the paper's (alpha, gamma), c = c_hat = 0.
+
+  Returns:
+    One dict per row with keys alpha, gamma, operations, speed.
+  """
+  return [
+      dict(alpha=alpha, gamma=gamma,
+           operations=float(operations_factor(alpha, gamma, 0.0)),
+           speed=float(walltime_improvement(alpha, gamma, 0.0)))
+      for alpha, gamma in TABLE1_ROWS
+  ]

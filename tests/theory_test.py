@@ -1,0 +1,130 @@
+"""Tests for spec_decode.theory: the paper's numbers, limits and argument checks."""
+
+import numpy as np
+import pytest
+
+from spec_decode import theory
+
+
+@pytest.mark.parametrize('alpha, gamma, speed, ops', [
+    (0.8, 2, 2.44, 1.23),
+    (0.8, 5, 3.69, 1.63),
+    (0.9, 10, 6.86, 1.60),
+])
+def test_quoted_numbers(alpha, gamma, speed, ops):
+  assert round(float(theory.walltime_improvement(alpha, gamma, 0.0)), 2) == speed
+  assert round(float(theory.operations_factor(alpha, gamma, 0.0)), 2) == ops
+
+
+def test_table1_rows():
+  rows = theory.table1()
+  assert [(r['alpha'], r['gamma']) for r in rows] == list(theory.TABLE1_ROWS)
+  printed = [(round(r['operations'], 2), round(r['speed'], 2)) for r in rows]
+  assert printed == [(1.53, 1.96), (1.58, 2.53), (1.23, 2.44), (1.63, 3.69),
+                     (1.11, 2.71), (1.60, 6.86)]
+
+
+def test_expected_tokens_matches_geometric_sum():
+  alpha = np.linspace(0, 1, 11)
+  for gamma in (1, 3, 7):
+    direct = sum(alpha**i for i in range(gamma + 1))
+    np.testing.assert_allclose(theory.expected_tokens(alpha, gamma), direct)
+
+
+def test_limits_at_alpha_one_and_zero():
+  gamma = np.arange(1, 8)
+  np.testing.assert_allclose(theory.expected_tokens(1.0, gamma), gamma + 1)
+  np.testing.assert_allclose(
+      theory.expected_tokens(1 - 1e-9, gamma), gamma + 1, rtol=1e-6)
+  np.testing.assert_allclose(theory.expected_tokens(0.0, gamma), 1.0)
+  # alpha = 1, c = 0: every call yields gamma + 1 tokens for gamma + 1 ops.
+  np.testing.assert_allclose(theory.walltime_improvement(1.0, gamma, 0), gamma + 1)
+  np.testing.assert_allclose(theory.operations_factor(1.0, gamma, 0), 1.0)
+
+
+def test_gamma1_bound_of_corollary_3_9():
+  alpha, c = np.meshgrid(np.linspace(0, 1, 21), np.linspace(0, 1, 21))
+  bound = theory.gamma1_improvement(alpha, c)
+  np.testing.assert_allclose(theory.walltime_improvement(alpha, 1, c), bound)
+  _, best = theory.best_gamma(alpha, c)
+  assert np.all(best >= bound - 1e-12)
+  possible = theory.speedup_possible(alpha, c)
+  np.testing.assert_array_equal(possible, alpha > c)
+  assert np.all(best[possible] > 1)
+  assert np.all(best[~possible] <= 1 + 1e-12)
+
+
+def test_monotonicity():
+  alpha = np.linspace(0, 1, 51)
+  for gamma in (1, 4, 10):
+    assert np.all(np.diff(theory.expected_tokens(alpha, gamma)) > 0)
+    assert np.all(np.diff(theory.walltime_improvement(alpha, gamma, 0.1)) > 0)
+    assert np.all(np.diff(theory.operations_factor(alpha, gamma, 0.1)) < 0)
+  gamma = np.arange(1, 20)
+  assert np.all(np.diff(theory.expected_tokens(0.7, gamma)) > 0)
+  c = np.linspace(0, 2, 21)
+  assert np.all(np.diff(theory.walltime_improvement(0.7, 3, c)) < 0)
+
+
+def test_best_gamma_matches_brute_force():
+  rng = np.random.default_rng(0)
+  alpha, c = rng.uniform(0, 1, 200), rng.uniform(0, 0.5, 200)
+  gamma, speed = theory.best_gamma(alpha, c, gamma_max=25)
+  for a, cc, g, s in zip(alpha, c, gamma, speed):
+    speeds = [float(theory.walltime_improvement(a, k, cc)) for k in range(1, 26)]
+    assert g == 1 + int(np.argmax(speeds))
+    assert s == pytest.approx(max(speeds))
+  assert gamma.shape == speed.shape == (200,)
+
+
+def test_best_gamma_with_verify_cost():
+  # The array and callable forms agree; a costlier verify pass favours smaller
+  # gamma; r(K) = 1 recovers eq. (5).
+  def cost(k):
+    return 1 + 0.1 * (k - 1)
+  table = cost(np.arange(1, 32))
+  alpha, c = np.array([0.6, 0.8, 0.95]), 0.05
+  g_callable, s_callable = theory.best_gamma(alpha, c, verify_cost=cost)
+  g_table, s_table = theory.best_gamma(alpha, c, verify_cost=table)
+  np.testing.assert_array_equal(g_callable, g_table)
+  np.testing.assert_allclose(s_callable, s_table)
+  g_free, s_free = theory.best_gamma(alpha, c)
+  assert np.all(g_callable <= g_free) and np.all(s_callable < s_free)
+  np.testing.assert_allclose(
+      theory.walltime_improvement(alpha, 3, c, verify_cost=np.ones(4)),
+      theory.walltime_improvement(alpha, 3, c))
+  np.testing.assert_allclose(
+      theory.walltime_improvement(0.8, 3, 0.1, verify_cost=cost),
+      theory.expected_tokens(0.8, 3) / (3 * 0.1 + 1.3))
+
+
+def test_tokens_per_call_distribution():
+  alpha = np.array([0.0, 0.3, 0.8, 1.0])
+  for gamma in (1, 4, 9):
+    probs = theory.tokens_per_call_distribution(alpha, gamma)
+    assert probs.shape == (4, gamma + 1)
+    assert np.all(probs >= 0)
+    np.testing.assert_allclose(probs.sum(-1), 1.0)
+    mean = probs @ np.arange(1, gamma + 2)
+    np.testing.assert_allclose(mean, theory.expected_tokens(alpha, gamma))
+  np.testing.assert_allclose(
+      theory.tokens_per_call_distribution(0.5, 2), [0.5, 0.25, 0.25])
+
+
+@pytest.mark.parametrize('call', [
+    lambda: theory.expected_tokens(1.2, 3),
+    lambda: theory.expected_tokens(-0.1, 3),
+    lambda: theory.expected_tokens(np.nan, 3),
+    lambda: theory.expected_tokens(0.5, 0),
+    lambda: theory.expected_tokens(0.5, 2.5),
+    lambda: theory.expected_tokens(0.5, True),
+    lambda: theory.walltime_improvement(0.5, 3, -0.1),
+    lambda: theory.operations_factor(0.5, 3, np.inf),
+    lambda: theory.tokens_per_call_distribution(0.5, [2, 3]),
+    lambda: theory.best_gamma(0.5, 0.1, gamma_max=0),
+    lambda: theory.best_gamma(0.5, 0.1, gamma_max=10, verify_cost=np.ones(5)),
+    lambda: theory.walltime_improvement(0.5, 3, 0.1, verify_cost=lambda k: 0 * k),
+])
+def test_bad_inputs_raise(call):
+  with pytest.raises(ValueError):
+    call()
