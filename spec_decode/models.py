@@ -1,0 +1,164 @@
+"""Glue from T5 parameters to the decoding loops' step functions.
+
+A `T5Model` is a config (static) and a parameter tree (traced): it passes
+through `jax.jit` whole, so parameters are arguments of the compiled function,
+never constants baked into it. `T5Model.start` runs the encoder once and
+returns the step function and fresh cache the loops of `spec_decode.decoding`
+take; `generate` and `speculative_generate` are those loops compiled for real
+T5 models, static in gamma, max_decode_len and the shapes, traced in the
+parameters, inputs, PRNG keys and sampling values.
+
+  target = T5Model(t5_1_1('xxl'), params)
+  out = speculative_generate(target, draft, inputs, jax.random.key(0),
+                             gamma=4, max_decode_len=128)
+  out.tokens  # [B, 128]
+"""
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from spec_decode import cache as cache_lib
+from spec_decode import decoding
+from spec_decode import sampling as sampling_lib
+from spec_decode.t5.config import T5Config
+from spec_decode.t5.network import Transformer
+
+
+@flax.struct.dataclass
+class T5Model:
+  """A T5 1.1 network's config and parameters.
+
+  Attributes:
+    config: the T5Config; static (part of the pytree structure).
+    params: the parameter tree in T5X layout (see spec_decode.t5.network).
+  """
+
+  config: T5Config = flax.struct.field(pytree_node=False)
+  params: Any
+
+  @property
+  def network(self) -> Transformer:
+    return Transformer(self.config)
+
+  @classmethod
+  def random(cls, config: T5Config, rng: jax.Array) -> 'T5Model':
+    """Freshly initialised parameters (T5X's initialisers)."""
+    return cls(config, _init_params(config, rng))
+
+  def start(self, encoder_input_tokens: jax.Array,
+            capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
+    """Encodes the inputs once and returns a step function and its cache.
+
+    Args:
+      encoder_input_tokens: [B, S] int32 input tokens, 0 = padding.
+      capacity: static decoder positions the cache holds, e.g.
+        `decoding.cache_length(max_decode_len, gamma)`.
+
+    Returns:
+      `step_fn(tokens [B, K], cache) -> (logits [B, K, V] float32, cache)`
+      closed over these parameters, and the fresh cache (index 0).
+    """
+    network, variables = self.network, {'params': self.params}
+    encoded = network.apply(variables, encoder_input_tokens, method=Transformer.encode)
+    cache = network.apply(variables, encoded, encoder_input_tokens, capacity,
+                          method=Transformer.init_cache)
+
+    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+      return network.apply(variables, tokens, cache, method=Transformer.decode)
+
+    return step_fn, cache
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init_params(config: T5Config, rng: jax.Array) -> Any:
+  tokens = jnp.ones((1, 1), jnp.int32)
+  return Transformer(config).init(rng, tokens, tokens)['params']
+
+
+def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
+             max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
+             prompt: jax.Array | None = None, eos_id: int = 1) -> decoding.DecodeOutput:
+  """Baseline decoding: one model call per token, compiled.
+
+  Args:
+    model: the model M_p.
+    encoder_input_tokens: [B, S] int32, 0 = padding.
+    rng: one PRNG key, or [B] keys (one stream per row).
+    max_decode_len: static maximum number of output tokens per row.
+    sampling: traced temperature/top-k/top-p; greedy when None.
+    prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
+    eos_id: static end-of-sequence id.
+
+  Returns:
+    decoding.DecodeOutput, tokens [B, max_decode_len].
+  """
+  _check_inputs(encoder_input_tokens)
+  return _generate(model, encoder_input_tokens, rng, sampling, prompt,
+                   max_decode_len=max_decode_len, eos_id=eos_id)
+
+
+def speculative_generate(target: T5Model, draft: T5Model, encoder_input_tokens: jax.Array,
+                         rng: jax.Array, *, gamma: int, max_decode_len: int,
+                         sampling: sampling_lib.SamplingParams | None = None,
+                         lenience: float = 1.0, prompt: jax.Array | None = None,
+                         eos_id: int = 1) -> decoding.DecodeOutput:
+  """Speculative decoding of target M_p with draft M_q, compiled.
+
+  Both models encode the same inputs (they share the vocabulary).
+
+  Args:
+    target: the model M_p whose distribution is sampled.
+    draft: the approximation model M_q; same vocabulary size as the target.
+    encoder_input_tokens: [B, S] int32, 0 = padding.
+    rng: one PRNG key, or [B] keys (one stream per row).
+    gamma: static number of drafted tokens per iteration.
+    max_decode_len: static maximum number of output tokens per row.
+    sampling: traced temperature/top-k/top-p; greedy when None.
+    lenience: traced l of Appendix A.5 in (0, 1]; 1 is exact.
+    prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
+    eos_id: static end-of-sequence id.
+
+  Returns:
+    decoding.DecodeOutput, tokens [B, max_decode_len].
+  """
+  if target.config.vocab_size != draft.config.vocab_size:
+    raise ValueError(
+        f'draft vocab_size {draft.config.vocab_size} != target vocab_size '
+        f'{target.config.vocab_size}: speculative sampling needs a shared vocabulary')
+  _check_inputs(encoder_input_tokens)
+  if not 0.0 < lenience <= 1.0:
+    raise ValueError(f'lenience must be in (0, 1], got {lenience}')
+  return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt,
+                               lenience, gamma=gamma, max_decode_len=max_decode_len,
+                               eos_id=eos_id)
+
+
+def _check_inputs(encoder_input_tokens: jax.Array) -> None:
+  """Raises ValueError for encoder inputs the models cannot take."""
+  tokens = jnp.asarray(encoder_input_tokens)
+  if tokens.ndim != 2 or tokens.shape[1] == 0 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f'encoder_input_tokens must be integer [B, S] with S >= 1, got '
+                     f'{tokens.dtype} {tokens.shape}')
+
+
+@functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id'))
+def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_len, eos_id):
+  step_fn, cache = model.start(encoder_input_tokens, decoding.cache_length(max_decode_len))
+  return decoding.autoregressive_decode(step_fn, cache, max_decode_len=max_decode_len, rng=rng,
+                                        sampling=sampling, prompt=prompt, eos_id=eos_id)
+
+
+@functools.partial(jax.jit, static_argnames=('gamma', 'max_decode_len', 'eos_id'))
+def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
+                          *, gamma, max_decode_len, eos_id):
+  capacity = decoding.cache_length(max_decode_len, gamma)
+  target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
+  draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
+  return decoding.speculative_decode(
+      target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
+      max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
+      prompt=prompt, eos_id=eos_id)

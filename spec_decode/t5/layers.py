@@ -1,0 +1,215 @@
+"""The building blocks of T5 1.1: RMS norm, attention, gated-GELU MLP, position bias.
+
+Parameter names, shapes and initialisers follow T5X's minimal T5
+(t5x/examples/t5/layers.py), so that T5X checkpoints load without renaming:
+kernels are 2-D, attention projections are (E, H * Dh) and (H * Dh, E), and
+the attention's 1/sqrt(Dh) is folded into the query initialiser instead of the
+forward pass. Parameters are stored in `param_dtype`, computations run in
+`dtype`; attention scores and their softmax are float32.
+
+Shapes: B batch, L query length, T key length, E width, H heads, Dh head width.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+# Added to the attention scores of masked keys (T5X's value).
+NEG_INF = -1e10
+
+attention_init = nn.initializers.variance_scaling(1.0, 'fan_in', 'normal')
+dense_init = nn.initializers.variance_scaling(1.0, 'fan_in', 'truncated_normal')
+relpos_init = nn.initializers.variance_scaling(1.0, 'fan_avg', 'uniform')
+
+
+def mask_bias(mask: jax.Array) -> jax.Array:
+  """Boolean attention mask -> additive float32 bias (0 kept, NEG_INF masked)."""
+  return jnp.where(mask, 0.0, NEG_INF).astype(jnp.float32)
+
+
+class RMSNorm(nn.Module):
+  """T5's layer norm: scale by the root mean square, no mean, no bias.
+
+  Attributes:
+    dtype: output dtype; the statistics are float32.
+    param_dtype: dtype of `scale` [E].
+    epsilon: added to the mean square.
+  """
+
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+  epsilon: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """[..., E] -> [..., E]."""
+    x = x.astype(jnp.float32)
+    mean_square = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+    y = (x * jax.lax.rsqrt(mean_square + self.epsilon)).astype(self.dtype)
+    scale = self.param('scale', nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    return y * scale.astype(self.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head dot-product attention without 1/sqrt(Dh) in the forward pass.
+
+  Keys and values are projected by `project_kv`, separately from the attention
+  itself, so that a decoder can cache them (its own, or the encoder's once).
+
+  Attributes:
+    num_heads: H.
+    head_dim: Dh.
+    emb_dim: E, the output width.
+    dropout_rate: dropout on the attention weights (one mask for all queries).
+    dtype: compute dtype.
+    param_dtype: parameter dtype.
+  """
+
+  num_heads: int
+  head_dim: int
+  emb_dim: int
+  dropout_rate: float = 0.0
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  def setup(self):
+    project = lambda features, init: nn.Dense(
+        features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=init)
+    inner = self.num_heads * self.head_dim
+    depth_scaling = math.sqrt(self.head_dim)
+    self.query = project(inner, lambda *args: attention_init(*args) / depth_scaling)
+    self.key = project(inner, attention_init)
+    self.value = project(inner, attention_init)
+    self.out = project(self.emb_dim, attention_init)
+    self.dropout = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))
+
+  def _heads(self, x: jax.Array) -> jax.Array:
+    """[B, L, H * Dh] -> [B, L, H, Dh]."""
+    return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
+
+  def project_kv(self, inputs_kv: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """[B, T, E] -> keys and values, each [B, T, H, Dh] in `dtype`."""
+    return self._heads(self.key(inputs_kv)), self._heads(self.value(inputs_kv))
+
+  def __call__(self, inputs_q: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array,
+               deterministic: bool = True) -> jax.Array:
+    """Attends from `inputs_q` over given keys and values.
+
+    Args:
+      inputs_q: [B, L, E] query inputs.
+      key: [B, T, H, Dh] keys.
+      value: [B, T, H, Dh] values.
+      bias: float32, broadcastable to [B, H, L, T]: masks and position biases.
+      deterministic: disables dropout.
+
+    Returns:
+      [B, L, E].
+    """
+    query = self._heads(self.query(inputs_q))  # [B, L, H, Dh]
+    scores = jnp.einsum('blhd,bthd->bhlt', query, key, preferred_element_type=jnp.float32)
+    weights = jax.nn.softmax(scores + bias, axis=-1)  # [B, H, L, T] float32
+    weights = self.dropout(weights, deterministic=deterministic)
+    x = jnp.einsum('bhlt,bthd->blhd', weights.astype(self.dtype), value)
+    return self.out(x.reshape(x.shape[:-2] + (-1,)))
+
+
+class MlpBlock(nn.Module):
+  """Gated-GELU feed-forward: wo(gelu(wi_0 x) * wi_1 x).
+
+  Attributes:
+    mlp_dim: intermediate width.
+    dropout_rate: dropout on the intermediate activations.
+    dtype: compute dtype.
+    param_dtype: parameter dtype.
+  """
+
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+    """[B, L, E] -> [B, L, E]."""
+    dense = lambda features, name: nn.Dense(
+        features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=dense_init, name=name)
+    # nn.gelu is the tanh approximation, as in T5X (and HF's gelu_new).
+    h = nn.gelu(dense(self.mlp_dim, 'wi_0')(x)) * dense(self.mlp_dim, 'wi_1')(x)
+    h = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))(h, deterministic=deterministic)
+    return dense(x.shape[-1], 'wo')(h)
+
+
+def relative_position_bucket(relative_position: jax.Array, bidirectional: bool,
+                             num_buckets: int, max_distance: int) -> jax.Array:
+  """Buckets `key_position - query_position` as Mesh TensorFlow / T5X do.
+
+  Half of the buckets (per direction) hold exact distances, the other half
+  logarithmically wider ranges up to `max_distance`; farther distances share
+  the last bucket. Unidirectional (causal) attention maps all future keys to
+  bucket 0 (they are masked anyway).
+
+  Args:
+    relative_position: int32 array, key position minus query position.
+    bidirectional: whether keys after the query get their own buckets.
+    num_buckets: number of buckets.
+    max_distance: distance from which all positions share a bucket.
+
+  Returns:
+    int32 array of the same shape, values in [0, num_buckets).
+  """
+  n = -relative_position  # query - key: > 0 for keys in the past
+  if bidirectional:
+    num_buckets //= 2
+    offset = (n < 0).astype(jnp.int32) * num_buckets
+    n = jnp.abs(n)
+  else:
+    offset = 0
+    n = jnp.maximum(n, 0)
+  max_exact = num_buckets // 2
+  # The epsilon keeps exact powers (e.g. n = 2 * max_exact) from rounding down.
+  log_ratio = jnp.log(n.astype(jnp.float32) / max_exact + jnp.finfo(jnp.float32).eps)
+  large = max_exact + (log_ratio / math.log(max_distance / max_exact)
+                       * (num_buckets - max_exact)).astype(jnp.int32)
+  large = jnp.minimum(large, num_buckets - 1)
+  return offset + jnp.where(n < max_exact, n, large)
+
+
+class RelativePositionBias(nn.Module):
+  """Learned per-head attention biases indexed by relative-position bucket.
+
+  Attributes:
+    num_heads: H.
+    num_buckets: rows of the table (32 in T5).
+    max_distance: see `relative_position_bucket` (128 in T5).
+    bidirectional: True in the encoder, False (causal) in the decoder.
+    param_dtype: dtype of the table `rel_embedding` [H, num_buckets].
+  """
+
+  num_heads: int
+  num_buckets: int
+  max_distance: int
+  bidirectional: bool
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, query_positions: jax.Array, key_positions: jax.Array) -> jax.Array:
+    """Biases for absolute query and key positions.
+
+    Args:
+      query_positions: [B, L] int32 (B may be 1).
+      key_positions: [T] int32.
+
+    Returns:
+      [B, H, L, T] float32.
+    """
+    table = self.param('rel_embedding', relpos_init, (self.num_heads, self.num_buckets),
+                       self.param_dtype)
+    buckets = relative_position_bucket(
+        key_positions[None, None, :] - query_positions[:, :, None], self.bidirectional,
+        self.num_buckets, self.max_distance)  # [B, L, T]
+    bias = jnp.take(table.astype(jnp.float32), buckets, axis=1)  # [H, B, L, T]
+    return jnp.moveaxis(bias, 0, 1)
