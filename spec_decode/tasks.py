@@ -81,8 +81,12 @@ def _local_source(task_name: str) -> seqio.FunctionDataSource:
   """A source over `data.load_examples`, so both read the same text."""
 
   def dataset_fn(split, shuffle_files, seed=None):
-    del shuffle_files, seed  # One in-memory shard; seqio shuffles examples.
     examples = data.load_examples(task_name, split)
+    if shuffle_files:
+      # One in-memory shard: a full permutation here, since seqio's shuffle
+      # buffer alone would keep the concatenated corpora apart.
+      order = np.random.default_rng(seed).permutation(len(examples))
+      examples = [examples[i] for i in order]
     return tf.data.Dataset.from_tensor_slices({
         'inputs': [e['inputs'] for e in examples],
         'targets': [e['targets'] for e in examples],
