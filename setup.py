@@ -18,6 +18,7 @@ setuptools.setup(
         'flax~=0.12.8',
         'optax~=0.2.8',
         'orbax-checkpoint~=0.12.8',
+        'etils[epath]',
         'tensorstore>=0.1.70',
         'msgpack>=1.0',
         'safetensors>=0.4',
@@ -39,4 +40,5 @@ setuptools.setup(
         # torch is pinned to the CPU wheel these machines keep on local disk.
         'hf': ['torch==2.13.0', 'transformers>=5.0'],
     },
+    entry_points={'console_scripts': ['spec-decode=spec_decode.infer:main']},
 )
