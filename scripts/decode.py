@@ -1,0 +1,12 @@
+r"""Decodes text with a T5 model, sped up by a draft: see spec_decode/infer.py.
+
+  python scripts/decode.py --gin_file=runs/t5_1_1_xxl_small.gin \
+      --gin.INPUT_FILE="'inputs.txt'" --gin.GAMMA=5 > outputs.jsonl
+"""
+
+import sys
+
+from spec_decode import infer
+
+if __name__ == '__main__':
+  sys.exit(infer.main())

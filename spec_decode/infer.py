@@ -1,0 +1,403 @@
+r"""Decodes a text file with a T5 target model, sped up by a draft model if given.
+
+The command line is T5X's: gin files and `--gin.NAME=VALUE` bindings.
+
+  python scripts/decode.py --gin_file=runs/t5_1_1_xxl_small.gin \
+      --gin.TEMPERATURE=0.5 < inputs.txt > outputs.jsonl
+
+`--gin_file` is looked up in the working directory, then in `--gin_search_path`
+folders, then in this repository's gin/ folder (so `runs/decode.gin` works, and
+so do `include` lines inside gin files). Values are gin expressions: strings
+need quotes, `--gin.TARGET_CHECKPOINT="'/ckpt/xxl'"`.
+
+`infer` takes plain arguments; gin binds them only in `main`. It reads one
+example per line, plain text or a JSON object with an "inputs" field (blank
+lines are skipped), tokenizes it with EOS appended as T5 does, decodes in
+batches of `batch_size` (the last one padded by repeating its last example)
+with one compiled function, and writes one JSON record per example, in order:
+
+  line                    the example's line number in the input file
+  inputs                  its text (any other JSON fields are copied too)
+  output                  the decoded text
+  output_ids              the generated token ids, EOS included if emitted
+  generated_tokens        len(output_ids)
+  target_calls            target model calls while the example was decoding
+  draft_calls             draft model calls (0 without a draft)
+  tokens_per_target_call  generated_tokens / target_calls (eq. (1) measured)
+  batch                   index of the example's batch
+  batch_walltime_s        seconds the batch took to decode
+  batch_accept_histogram  how often 0..gamma drafts were accepted in the batch
+                          (padding rows included); [target calls] without a
+                          draft
+
+Progress and a summary (compile time apart from decode time) go to stderr.
+"""
+
+import argparse
+import dataclasses
+import functools
+import json
+import logging
+import pathlib
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence, TextIO
+
+from etils import epath
+import gin
+import jax
+import numpy as np
+import tqdm
+
+from spec_decode import checkpoints
+from spec_decode import decoding
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode.t5.config import T5Config
+
+EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
+GIN_DIR = pathlib.Path(__file__).resolve().parents[1] / 'gin'
+
+
+class ConfigError(ValueError):
+  """A bad setting, file or input line; `main` reports it without a traceback.
+
+  Attributes:
+    message: the message, without the call site gin appends to `str(error)`.
+  """
+
+  def __init__(self, message: str):
+    super().__init__(message)
+    self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One input line.
+
+  Attributes:
+    line: 1-based line number in the input file.
+    fields: the JSON record ({'inputs': text} for a plain text line).
+    tokens: the encoded inputs, EOS appended, at most max_input_len ids.
+  """
+
+  line: int
+  fields: dict[str, Any]
+  tokens: list[int]
+
+
+def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
+          draft_config: T5Config | None = None, draft_checkpoint: str | None = None,
+          input_file: str = '-', output_file: str = '-', input_prefix: str = '',
+          gamma: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+          lenience: float = 1.0, max_input_len: int = 512, truncate_inputs: bool = False,
+          max_decode_len: int = 128, batch_size: int = 8, seed: int = 0) -> dict[str, Any]:
+  """Decodes every line of `input_file` and writes JSONL to `output_file`.
+
+  Parameters are loaded in each config's `param_dtype`.
+
+  Args:
+    target_config: the target model M_p.
+    target_checkpoint: its T5X, Hugging Face or orbax checkpoint.
+    vocabulary: a seqio.Vocabulary (encode, decode, vocab_size) shared by both
+      models, e.g. seqio.SentencePieceVocabulary.
+    draft_config: the draft model M_q; None decodes with the target alone.
+    draft_checkpoint: its checkpoint; given exactly when draft_config is.
+    input_file: text or JSONL path, '-' for stdin.
+    output_file: JSONL path, '-' for stdout.
+    input_prefix: prepended to every input, e.g. 'translate English to German: '.
+    gamma: draft tokens per target call.
+    temperature: 0 decodes greedily.
+    top_k: keep the k most likely tokens; 0 disables.
+    top_p: nucleus mass; 1 disables.
+    lenience: l of Appendix A.5 in (0, 1]; 1 samples exactly from the target.
+    max_input_len: longest input in tokens, EOS included.
+    truncate_inputs: cut longer inputs to max_input_len (EOS kept) instead of
+      raising ConfigError.
+    max_decode_len: most tokens generated per input.
+    batch_size: inputs decoded together.
+    seed: example i is sampled with key fold_in(key(seed), i), whatever the
+      batch size.
+
+  Returns:
+    The summary printed to stderr, as a dict.
+
+  Raises:
+    ConfigError: a bad setting, a missing file, mismatched vocabularies or an
+      over-long input.
+  """
+  speculate = draft_config is not None or draft_checkpoint is not None
+  if speculate and (draft_config is None or draft_checkpoint is None):
+    raise ConfigError('a draft needs both draft_config and draft_checkpoint')
+  _check_sizes(batch_size=batch_size, max_input_len=max_input_len,
+               max_decode_len=max_decode_len, gamma=gamma)
+  if not 0.0 < lenience <= 1.0:
+    raise ConfigError(f'lenience must be in (0, 1], got {lenience}')
+  try:
+    sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  configs = {'target': target_config, **({'draft': draft_config} if speculate else {})}
+  _check_vocabulary(vocabulary, configs)
+  paths = {'target': target_checkpoint, 'draft': draft_checkpoint}
+  for name in configs:  # Fail before reading inputs or loading the other model.
+    try:
+      checkpoints.checkpoint_format(paths[name])
+    except FileNotFoundError as e:
+      raise ConfigError(f'{name} checkpoint: {e}') from None
+
+  examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
+                           max_input_len=max_input_len, truncate=truncate_inputs)
+  if not examples:
+    raise ConfigError(f'no inputs in {input_file}')
+  target, draft = (_load(name, configs.get(name), paths[name]) for name in ('target', 'draft'))
+
+  input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
+  batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
+  decode = jax.jit(functools.partial(_decode, gamma=gamma, lenience=lenience,
+                                     max_decode_len=max_decode_len))
+  start = time.perf_counter()
+  decode = decode.lower(target, draft, *batches[0][1:], sampling).compile()
+  compile_s = time.perf_counter() - start
+
+  decode_s, generated, target_calls, histogram = 0.0, 0, 0, 0
+  with _open_output(output_file) as out, tqdm.tqdm(
+      total=len(examples), unit='ex', file=sys.stderr, desc='decoding') as bar:
+    for index, (rows, tokens, rng) in enumerate(batches):
+      start = time.perf_counter()
+      result = jax.device_get(decode(target, draft, tokens, rng, sampling))
+      walltime = time.perf_counter() - start
+      for b, example in enumerate(rows):
+        record = _record(example, result, b, vocabulary)
+        record.update(batch=index, batch_walltime_s=round(walltime, 6),
+                      batch_accept_histogram=result.accept_histogram.tolist())
+        out.write(json.dumps(record, ensure_ascii=False) + '\n')
+        generated += record['generated_tokens']
+        target_calls += record['target_calls']
+      out.flush()
+      decode_s += walltime
+      histogram = histogram + result.accept_histogram
+      bar.update(len(rows))
+
+  summary = dict(
+      examples=len(examples), batches=len(batches), batch_size=batch_size,
+      compile_s=compile_s, decode_s=decode_s, examples_per_s=len(examples) / decode_s,
+      generated_tokens=generated, tokens_per_s=generated / decode_s,
+      tokens_per_target_call=generated / max(target_calls, 1),
+      accept_histogram=histogram.tolist())
+  _print_summary(summary, speculate, gamma)
+  return summary
+
+
+def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
+                  truncate: bool = False) -> list[Example]:
+  """Reads and encodes the non-blank lines of a text or JSONL file.
+
+  A line that parses as a JSON object must have a string "inputs" field;
+  any other line is the input text itself.
+
+  Args:
+    path: the file, '-' for stdin.
+    vocabulary: a seqio.Vocabulary.
+    input_prefix: prepended to every input before encoding.
+    max_input_len: most tokens per input, EOS included.
+    truncate: cut longer inputs (as seqio's append_eos_after_trim) instead of
+      raising ConfigError.
+
+  Returns:
+    The examples in file order.
+  """
+  name = 'stdin' if path == '-' else path
+  examples = []
+  with _open_input(path) as f:
+    for line_number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      fields = _parse_line(line.rstrip('\r\n'))
+      if not isinstance(fields.get('inputs'), str):
+        raise ConfigError(f'{name} line {line_number}: a JSON input needs a string "inputs" '
+                          'field')
+      tokens = list(vocabulary.encode(input_prefix + fields['inputs'])) + [EOS_ID]
+      if len(tokens) > max_input_len:
+        if not truncate:
+          raise ConfigError(
+              f'{name} line {line_number}: input of {len(tokens)} tokens (EOS included) > '
+              f'max_input_len={max_input_len}; raise MAX_INPUT_LEN or set TRUNCATE_INPUTS = True')
+        tokens = tokens[:max_input_len - 1] + [EOS_ID]
+      examples.append(Example(line_number, fields, tokens))
+  return examples
+
+
+def _parse_line(line: str) -> dict[str, Any]:
+  """A JSON object line as is; any other line as {'inputs': line}."""
+  if line.lstrip().startswith('{'):
+    try:
+      fields = json.loads(line)
+    except json.JSONDecodeError:
+      fields = None
+    if isinstance(fields, dict):
+      return fields
+  return {'inputs': line}
+
+
+def _check_sizes(**sizes: int) -> None:
+  for name, value in sizes.items():
+    if not isinstance(value, int) or value < 1:
+      raise ConfigError(f'{name} must be an integer >= 1, got {value!r}')
+
+
+def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
+  """Raises ConfigError unless every model can embed every vocabulary id."""
+  model_file = getattr(vocabulary, 'sentencepiece_model_file', None)
+  if model_file is not None and not epath.Path(model_file).exists():
+    raise ConfigError(f'vocabulary file not found: {model_file}')
+  sizes = {name: config.vocab_size for name, config in configs.items()}
+  if len(set(sizes.values())) > 1:
+    raise ConfigError(f'draft vocab_size {sizes["draft"]} != target vocab_size {sizes["target"]}: '
+                      'speculative sampling needs a shared vocabulary')
+  if vocabulary.vocab_size > sizes['target']:
+    raise ConfigError(f'the vocabulary has {vocabulary.vocab_size} ids but the models\' '
+                      f'vocab_size is {sizes["target"]}: the wrong vocabulary for these models?')
+
+
+def _load(name: str, config: T5Config | None, path: str | None) -> models.T5Model | None:
+  """The model from its checkpoint, in config.param_dtype, on the device."""
+  if config is None:
+    return None
+  try:
+    params = checkpoints.load_params(path, config)
+  except ValueError as e:  # Arrays that do not fit the config.
+    raise ConfigError(f'{name}: {e}') from None
+  return models.T5Model(config, jax.device_put(params))
+
+
+def _batches(examples: list[Example], batch_size: int, input_len: int,
+             rng: jax.Array) -> Iterator[tuple[list[Example], np.ndarray, jax.Array]]:
+  """Yields (examples, tokens [B, input_len] 0-padded, keys [B]) per batch."""
+  for start in range(0, len(examples), batch_size):
+    rows = examples[start:start + batch_size]
+    padded = rows + rows[-1:] * (batch_size - len(rows))
+    tokens = np.zeros((batch_size, input_len), np.int32)
+    for b, example in enumerate(padded):
+      tokens[b, :len(example.tokens)] = example.tokens
+    indices = np.minimum(np.arange(start, start + batch_size), len(examples) - 1)
+    yield rows, tokens, jax.vmap(functools.partial(jax.random.fold_in, rng))(indices)
+
+
+def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
+            rng: jax.Array, sampling: sampling_lib.SamplingParams, *, gamma: int,
+            lenience: float, max_decode_len: int) -> decoding.DecodeOutput:
+  """Baseline decoding without a draft, speculative decoding with one."""
+  if draft is None:
+    return models.generate(target, tokens, rng, max_decode_len=max_decode_len,
+                           sampling=sampling, eos_id=EOS_ID)
+  return models.speculative_generate(target, draft, tokens, rng, gamma=gamma,
+                                     max_decode_len=max_decode_len, sampling=sampling,
+                                     lenience=lenience, eos_id=EOS_ID)
+
+
+def _record(example: Example, result: decoding.DecodeOutput, b: int, vocabulary: Any) -> dict[str, Any]:
+  """The output fields of row b of a batch's DecodeOutput (on the host)."""
+  ids = result.tokens[b, :result.lengths[b]].tolist()
+  generated, target_calls = int(result.generated[b]), int(result.target_calls[b])
+  return {'line': example.line, **example.fields, 'output': vocabulary.decode(ids),
+          'output_ids': ids, 'generated_tokens': generated, 'target_calls': target_calls,
+          'draft_calls': int(result.draft_calls[b]),
+          'tokens_per_target_call': generated / max(target_calls, 1)}
+
+
+def _print_summary(summary: dict[str, Any], speculate: bool, gamma: int) -> None:
+  lines = [
+      '{examples} examples in {batches} batches of {batch_size}: compile {compile_s:.2f} s, '
+      'decode {decode_s:.2f} s'.format(**summary),
+      '{examples_per_s:.2f} examples/s, {tokens_per_s:.1f} tokens/s, '
+      '{tokens_per_target_call:.3f} tokens per target call'.format(**summary),
+  ]
+  if speculate:
+    lines.append(f'accepted drafts 0..{gamma} (iterations): {summary["accept_histogram"]}')
+  print('\n'.join(lines), file=sys.stderr)
+
+
+def _open_input(path: str) -> TextIO:
+  if path == '-':
+    return open(sys.stdin.fileno(), encoding='utf-8', closefd=False)
+  if not epath.Path(path).exists():
+    raise ConfigError(f'input file not found: {path}')
+  return epath.Path(path).open('r', encoding='utf-8')
+
+
+def _open_output(path: str) -> TextIO:
+  if path == '-':
+    return open(sys.stdout.fileno(), 'w', encoding='utf-8', closefd=False)
+  return epath.Path(path).open('w', encoding='utf-8')
+
+
+def _parse_flags(argv: Sequence[str]) -> argparse.Namespace:
+  """T5X's flags: `--gin.NAME=VALUE` is short for `--gin_bindings='NAME = VALUE'`."""
+  parser = argparse.ArgumentParser(
+      prog='decode.py', description=__doc__.splitlines()[0],
+      epilog='e.g. --gin_file=runs/decode.gin --gin.GAMMA=5 --gin.TEMPERATURE=0.5')
+  parser.add_argument('--gin_file', action='append', default=[], required=True,
+                      help='gin file, repeatable (e.g. runs/decode.gin)')
+  parser.add_argument('--gin_bindings', action='append', default=[],
+                      help="gin binding, repeatable (e.g. 'GAMMA = 5')")
+  parser.add_argument('--gin_search_path', action='append', default=[],
+                      help='folder to look up gin files and includes in, repeatable')
+  rewritten = []
+  for arg in argv:
+    if arg.startswith('--gin.'):
+      name, sep, value = arg[len('--gin.'):].partition('=')
+      if not sep:
+        parser.error(f'{arg}: expected --gin.NAME=VALUE')
+      arg = f'--gin_bindings={name} = {value}'
+    rewritten.append(arg)
+  return parser.parse_args(rewritten)
+
+
+def _parse_gin(files: Sequence[str], bindings: Sequence[str]) -> Callable[..., dict[str, Any]]:
+  """Parses gin files, then bindings; returns `infer` with gin's arguments.
+
+  Raises:
+    ConfigError: a file not found, a syntax error, a bad binding, a required
+      macro left unbound or no binding of `infer`.
+  """
+  try:
+    gin.parse_config_files_and_bindings(files, None, finalize_config=False)
+  except (OSError, SyntaxError, ValueError, NameError, ImportError) as e:
+    raise ConfigError(f'gin files {list(files)}: {e}') from None
+  for binding in bindings:
+    try:
+      gin.parse_config(binding)
+    except SyntaxError as e:
+      raise ConfigError(f'gin binding {binding!r}: {e} (string values need quotes: '
+                        "--gin.NAME=\"'text'\")") from None
+    except (ValueError, NameError, ImportError) as e:
+      raise ConfigError(f'gin binding {binding!r}: {e}') from None
+  try:
+    gin.finalize()
+  except ValueError as e:
+    if '/macro.value set to `%gin.REQUIRED`' not in str(e):
+      raise ConfigError(str(e)) from None
+    name = str(e).split('/macro.value')[0]
+    raise ConfigError(f'{name} is required: bind it in a gin file or with --gin.{name}=VALUE') \
+        from None
+  try:
+    return gin.get_configurable(infer)
+  except ValueError:
+    raise ConfigError('no gin file configures spec_decode.infer.infer: pass '
+                      '--gin_file=runs/decode.gin or runs/baseline.gin') from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Parses T5X-style flags (without the program name) and runs `infer`."""
+  args = _parse_flags(sys.argv[1:] if argv is None else argv)
+  # gin logs an error for every search path a file is not in before the one it is in.
+  logging.getLogger().addFilter(lambda r: not r.getMessage().startswith('Path not found: '))
+  for path in [*args.gin_search_path, GIN_DIR]:
+    gin.add_config_file_search_path(str(path))
+  try:
+    _parse_gin(args.gin_file, args.gin_bindings)()
+  except ConfigError as e:
+    print(f'error: {e.message}', file=sys.stderr)
+    return 1
+  return 0
