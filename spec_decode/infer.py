@@ -33,42 +33,27 @@ with one compiled function, and writes one JSON record per example, in order:
 Progress and a summary (compile time apart from decode time) go to stderr.
 """
 
-import argparse
 import dataclasses
 import functools
 import json
-import logging
-import pathlib
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 from etils import epath
-import gin
 import jax
 import numpy as np
 import tqdm
 
 from spec_decode import checkpoints
 from spec_decode import decoding
+from spec_decode import gin_utils
+from spec_decode.gin_utils import ConfigError
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode.t5.config import T5Config
 
 EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
-GIN_DIR = pathlib.Path(__file__).resolve().parents[1] / 'gin'
-
-
-class ConfigError(ValueError):
-  """A bad setting, file or input line; `main` reports it without a traceback.
-
-  Attributes:
-    message: the message, without the call site gin appends to `str(error)`.
-  """
-
-  def __init__(self, message: str):
-    super().__init__(message)
-    self.message = message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,72 +317,7 @@ def _open_output(path: str) -> TextIO:
   return epath.Path(path).open('w', encoding='utf-8')
 
 
-def _parse_flags(argv: Sequence[str]) -> argparse.Namespace:
-  """T5X's flags: `--gin.NAME=VALUE` is short for `--gin_bindings='NAME = VALUE'`."""
-  parser = argparse.ArgumentParser(
-      prog='decode.py', description=__doc__.splitlines()[0],
-      epilog='e.g. --gin_file=runs/decode.gin --gin.GAMMA=5 --gin.TEMPERATURE=0.5')
-  parser.add_argument('--gin_file', action='append', default=[], required=True,
-                      help='gin file, repeatable (e.g. runs/decode.gin)')
-  parser.add_argument('--gin_bindings', action='append', default=[],
-                      help="gin binding, repeatable (e.g. 'GAMMA = 5')")
-  parser.add_argument('--gin_search_path', action='append', default=[],
-                      help='folder to look up gin files and includes in, repeatable')
-  rewritten = []
-  for arg in argv:
-    if arg.startswith('--gin.'):
-      name, sep, value = arg[len('--gin.'):].partition('=')
-      if not sep:
-        parser.error(f'{arg}: expected --gin.NAME=VALUE')
-      arg = f'--gin_bindings={name} = {value}'
-    rewritten.append(arg)
-  return parser.parse_args(rewritten)
-
-
-def _parse_gin(files: Sequence[str], bindings: Sequence[str]) -> Callable[..., dict[str, Any]]:
-  """Parses gin files, then bindings; returns `infer` with gin's arguments.
-
-  Raises:
-    ConfigError: a file not found, a syntax error, a bad binding, a required
-      macro left unbound or no binding of `infer`.
-  """
-  try:
-    gin.parse_config_files_and_bindings(files, None, finalize_config=False)
-  except (OSError, SyntaxError, ValueError, NameError, ImportError) as e:
-    raise ConfigError(f'gin files {list(files)}: {e}') from None
-  for binding in bindings:
-    try:
-      gin.parse_config(binding)
-    except SyntaxError as e:
-      raise ConfigError(f'gin binding {binding!r}: {e} (string values need quotes: '
-                        "--gin.NAME=\"'text'\")") from None
-    except (ValueError, NameError, ImportError) as e:
-      raise ConfigError(f'gin binding {binding!r}: {e}') from None
-  try:
-    gin.finalize()
-  except ValueError as e:
-    if '/macro.value set to `%gin.REQUIRED`' not in str(e):
-      raise ConfigError(str(e)) from None
-    name = str(e).split('/macro.value')[0]
-    raise ConfigError(f'{name} is required: bind it in a gin file or with --gin.{name}=VALUE') \
-        from None
-  try:
-    return gin.get_configurable(infer)
-  except ValueError:
-    raise ConfigError('no gin file configures spec_decode.infer.infer: pass '
-                      '--gin_file=runs/decode.gin or runs/baseline.gin') from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
   """Parses T5X-style flags (without the program name) and runs `infer`."""
-  args = _parse_flags(sys.argv[1:] if argv is None else argv)
-  # gin logs an error for every search path a file is not in before the one it is in.
-  logging.getLogger().addFilter(lambda r: not r.getMessage().startswith('Path not found: '))
-  for path in [*args.gin_search_path, GIN_DIR]:
-    gin.add_config_file_search_path(str(path))
-  try:
-    _parse_gin(args.gin_file, args.gin_bindings)()
-  except ConfigError as e:
-    print(f'error: {e.message}', file=sys.stderr)
-    return 1
-  return 0
+  return gin_utils.run(infer, argv, prog='decode.py', description=__doc__.splitlines()[0],
+                       example='--gin_file=runs/decode.gin --gin.GAMMA=5 --gin.TEMPERATURE=0.5')

@@ -26,6 +26,9 @@ import orbax.checkpoint as ocp
 import seqio
 import tqdm
 
+from spec_decode import checkpoints
+from spec_decode import gin_utils
+from spec_decode.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
 
@@ -200,11 +203,8 @@ def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
   workdir = pathlib.Path(workdir).absolute()
   workdir.mkdir(parents=True, exist_ok=True)
   model, tx = Transformer(model_config), optimizer(cfg)
-  state = init_state(model, tx, cfg.seed)
-  manager = ocp.CheckpointManager(workdir / 'checkpoints',
-                                  options=ocp.CheckpointManagerOptions(max_to_keep=2))
-  if manager.latest_step() is not None:
-    state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+  manager = _checkpoint_manager(workdir)
+  state = _restore_or_init(manager, model, tx, cfg.seed)
   start = int(state.step)
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'{n_params / 1e6:.1f}M parameters; steps {start} -> {cfg.num_steps}', flush=True)
@@ -239,6 +239,60 @@ def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
   bar.close()
   manager.wait_until_finished()
   return state
+
+
+def _checkpoint_manager(workdir: pathlib.Path) -> ocp.CheckpointManager:
+  return ocp.CheckpointManager(workdir / 'checkpoints',
+                               options=ocp.CheckpointManagerOptions(max_to_keep=2))
+
+
+def _restore_or_init(manager: ocp.CheckpointManager, model: Transformer,
+                     tx: optax.GradientTransformation, seed: int) -> TrainState:
+  """The latest saved state, or a fresh one when nothing was saved yet."""
+  state = init_state(model, tx, seed)
+  if manager.latest_step() is None:
+    return state
+  return manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+
+
+def export(model_config: T5Config, cfg: TrainConfig, workdir: str, output_dir: str | None,
+           dtype: str = 'bfloat16') -> None:
+  """Writes the latest parameters of a run as a T5X checkpoint.
+
+  Args:
+    model_config: the trained network's sizes.
+    cfg: the run's hyperparameters (for the optimizer state's structure).
+    workdir: the run's directory (see `train`).
+    output_dir: the T5X checkpoint directory to write.
+    dtype: stored parameter dtype ('bfloat16' halves the size).
+  """
+  if output_dir is None:
+    raise ConfigError('export needs an output directory: bind OUTPUT_DIR')
+  manager = _checkpoint_manager(pathlib.Path(workdir).absolute())
+  if manager.latest_step() is None:
+    raise ConfigError(f'no checkpoint to export in {workdir}/checkpoints')
+  state = _restore_or_init(manager, Transformer(model_config), optimizer(cfg), cfg.seed)
+  checkpoints.write_t5x(output_dir, jax.device_get(state.params), step=int(state.step),
+                        dtype=dtype)
+  print(f'wrote step {int(state.step)} to {output_dir} ({dtype})')
+
+
+def main(argv=None) -> int:
+  """`scripts/train.py`: gin-configured `train` (see gin/runs/train.gin)."""
+  return gin_utils.run(train, argv, prog='train.py', description='Trains a T5 1.1 model.',
+                       example='--gin_file=runs/train.gin --gin_file=models/demo/target.gin '
+                       '--gin.MODEL_CONFIG="@demo_target/t5.T5Config()" '
+                       '--gin.WORKDIR="\'runs/demo_target\'"')
+
+
+def export_main(argv=None) -> int:
+  """`scripts/export_t5x.py`: gin-configured `export` (see gin/runs/train.gin)."""
+  return gin_utils.run(export, argv, prog='export_t5x.py',
+                       description='Exports a training run as a T5X checkpoint.',
+                       example='--gin_file=runs/train.gin --gin_file=models/demo/target.gin '
+                       '--gin.MODEL_CONFIG="@demo_target/t5.T5Config()" '
+                       '--gin.WORKDIR="\'runs/demo_target\'" '
+                       '--gin.OUTPUT_DIR="\'spec_decode/data/models/target\'"')
 
 
 def evaluate(params: Any, model: Transformer, cfg: TrainConfig) -> float:

@@ -74,7 +74,7 @@ def test_summarization_dataset_counts_test_cnndm():
 def test_mixture_rates():
   mix = seqio.get_mixture_or_task('demo_mix')
   rates = {t.name: mix.get_rate(t) for t in mix.tasks}
-  assert rates == {'demo_ende': 60360, 'demo_debsum': 48113}
+  assert rates == {'demo_ende': 60360, 'demo_debsum': 48113 * tasks.DEMO_SUMMARIZATION_RATE}
   tasks.register_mixture('demo_mix_test', summarization_rate=0.25)
   try:
     mix = seqio.get_mixture_or_task('demo_mix_test')

@@ -1,0 +1,106 @@
+"""T5X-style command lines: gin files, `--gin.NAME=VALUE` bindings, clear errors.
+
+  python scripts/decode.py --gin_file=runs/decode.gin --gin.GAMMA=5
+
+`--gin_file` is looked up in the working directory, then in `--gin_search_path`
+folders, then in this repository's gin/ folder (so `runs/decode.gin` works, and
+so do `include` lines inside gin files). Values are gin expressions: strings
+need quotes, `--gin.TARGET_CHECKPOINT="'/ckpt/xxl'"`. Gin stays at the edges:
+library functions take plain arguments and only entry points call `run`.
+"""
+
+import argparse
+import logging
+import pathlib
+import sys
+from typing import Any, Callable, Sequence
+
+import gin
+
+GIN_DIR = pathlib.Path(__file__).resolve().parents[1] / 'gin'
+
+
+class ConfigError(ValueError):
+  """A bad setting, file or input; `run` reports it without a traceback.
+
+  Attributes:
+    message: the message, without the call site gin appends to `str(error)`.
+  """
+
+  def __init__(self, message: str):
+    super().__init__(message)
+    self.message = message
+
+
+def parse_flags(argv: Sequence[str], prog: str, description: str,
+                example: str) -> argparse.Namespace:
+  """T5X's flags: `--gin.NAME=VALUE` is short for `--gin_bindings='NAME = VALUE'`."""
+  parser = argparse.ArgumentParser(prog=prog, description=description, epilog=f'e.g. {example}')
+  parser.add_argument('--gin_file', action='append', default=[], required=True,
+                      help='gin file, repeatable (e.g. runs/decode.gin)')
+  parser.add_argument('--gin_bindings', action='append', default=[],
+                      help="gin binding, repeatable (e.g. 'GAMMA = 5')")
+  parser.add_argument('--gin_search_path', action='append', default=[],
+                      help='folder to look up gin files and includes in, repeatable')
+  rewritten = []
+  for arg in argv:
+    if arg.startswith('--gin.'):
+      name, sep, value = arg[len('--gin.'):].partition('=')
+      if not sep:
+        parser.error(f'{arg}: expected --gin.NAME=VALUE')
+      arg = f'--gin_bindings={name} = {value}'
+    rewritten.append(arg)
+  return parser.parse_args(rewritten)
+
+
+def parse_gin(files: Sequence[str], bindings: Sequence[str],
+              fn: Callable[..., Any]) -> Callable[..., Any]:
+  """Parses gin files, then bindings; returns `fn` with gin's arguments.
+
+  Raises:
+    ConfigError: a file not found, a syntax error, a bad binding, a required
+      macro left unbound or no binding of `fn`.
+  """
+  try:
+    gin.parse_config_files_and_bindings(files, None, finalize_config=False)
+  except (OSError, SyntaxError, ValueError, NameError, ImportError) as e:
+    raise ConfigError(f'gin files {list(files)}: {e}') from None
+  for binding in bindings:
+    try:
+      gin.parse_config(binding)
+    except SyntaxError as e:
+      raise ConfigError(f'gin binding {binding!r}: {e} (string values need quotes: '
+                        "--gin.NAME=\"'text'\")") from None
+    except (ValueError, NameError, ImportError) as e:
+      raise ConfigError(f'gin binding {binding!r}: {e}') from None
+  try:
+    gin.finalize()
+  except ValueError as e:
+    if '/macro.value set to `%gin.REQUIRED`' not in str(e):
+      raise ConfigError(str(e)) from None
+    name = str(e).split('/macro.value')[0]
+    raise ConfigError(f'{name} is required: bind it in a gin file or with --gin.{name}=VALUE') \
+        from None
+  try:
+    return gin.get_configurable(fn)
+  except ValueError:
+    raise ConfigError(f'no gin file configures {fn.__module__}.{fn.__qualname__}') from None
+
+
+def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, description: str,
+        example: str) -> int:
+  """Parses the flags, calls gin-configured `fn`; returns the exit status.
+
+  A ConfigError prints `error: ...` on stderr and returns 1.
+  """
+  args = parse_flags(sys.argv[1:] if argv is None else argv, prog, description, example)
+  # gin logs an error for every search path a file is not in before the one it is in.
+  logging.getLogger().addFilter(lambda r: not r.getMessage().startswith('Path not found: '))
+  for path in [*args.gin_search_path, GIN_DIR]:
+    gin.add_config_file_search_path(str(path))
+  try:
+    parse_gin(args.gin_file, args.gin_bindings, fn)()
+  except ConfigError as e:
+    print(f'error: {e.message}', file=sys.stderr)
+    return 1
+  return 0
