@@ -1,0 +1,249 @@
+"""Measurement results -> a Markdown report with the paper's tables, CSVs, plots.
+
+Results are plain records (dicts of numbers and strings), as
+`spec_decode.measure` makes them, so a report can be rebuilt from
+results.json without a model:
+
+  alpha rows (Table 3): task, target, draft, temperature and the keys of
+    `measure.AlphaStats.row` (alpha, stderr, std, sequences, positions,
+    q10 .. q90 of the per-sequence alpha).
+  walltime rows (Table 2): task, draft, temperature, chosen (the gamma
+    picked by theory.best_gamma, as opposed to a sweep point), the keys of
+    `measure.summarize`, and optionally metrics (space-separated names, e.g.
+    'bleu') with `<name>_baseline` and `<name>_speculative` for each.
+  timing: `measure.StepTimes.row()` (target/draft step ms, c, verify ms, r).
+
+Files: report.md, results.json, table3_alpha.csv, table2_walltime.csv,
+r_vs_k.png, speedup_vs_gamma_<group>.png and tokens_per_call_<group>.png per
+(task, draft, temperature) group.
+"""
+
+import csv
+import json
+import pathlib
+import re
+from typing import Any, Callable, Iterable, Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+import numpy as np
+
+from spec_decode import theory
+
+Row = dict[str, Any]
+Column = tuple[str, Callable[[Row], str]]
+
+
+def markdown_table(rows: Sequence[Row], columns: Sequence[Column]) -> str:
+  """A Markdown table, one line per row, each cell formatted by its column."""
+  lines = [[header for header, _ in columns], ['---'] * len(columns)]
+  lines += [[cell(row) for _, cell in columns] for row in rows]
+  return '\n'.join('| ' + ' | '.join(line) + ' |' for line in lines)
+
+
+def write_csv(path: pathlib.Path, rows: Sequence[Row]) -> None:
+  """Rows -> CSV with the union of their keys; lists become space-separated."""
+  fields = list(dict.fromkeys(key for row in rows for key in row))
+  with open(path, 'w', newline='', encoding='utf-8') as f:
+    writer = csv.DictWriter(f, fields)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: ' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v
+                       for k, v in row.items()})
+
+
+def _group(row: Row) -> tuple[str, str, float]:
+  return row['task'], row['draft'], row['temperature']
+
+
+def _slug(group: tuple[str, str, float]) -> str:
+  task, draft, temperature = group
+  return re.sub(r'[^A-Za-z0-9_.-]+', '-', f'{task}_{draft}_T{temperature:g}')
+
+
+def _quality(row: Row) -> str:
+  return ', '.join(f'{m} {row[m + "_baseline"]:.1f} / {row[m + "_speculative"]:.1f}'
+                   for m in row.get('metrics', '').split()) or '-'
+
+
+def _identical(row: Row) -> str:
+  if row['temperature'] > 0:
+    return 'n/a (sampled)'
+  return 'yes' if row['identical'] == 1 else f'NO ({100 * row["identical"]:.0f}% of outputs)'
+
+
+ALPHA_COLUMNS: tuple[Column, ...] = (
+    ('task', lambda r: r['task']),
+    ('target', lambda r: r['target']),
+    ('draft', lambda r: r['draft']),
+    ('T', lambda r: f'{r["temperature"]:g}'),
+    ('alpha ± s.e.', lambda r: f'{r["alpha"]:.3f} ± {r["stderr"]:.3f}'),
+    ('std of beta', lambda r: f'{r["std"]:.3f}'),
+    ('per-sequence alpha q10 / q50 / q90',
+     lambda r: f'{r["q10"]:.2f} / {r["q50"]:.2f} / {r["q90"]:.2f}'),
+    ('positions', lambda r: str(r['positions'])),
+    ('sequences', lambda r: str(r['sequences'])),
+)
+WALLTIME_COLUMNS: tuple[Column, ...] = (
+    ('task', lambda r: r['task']),
+    ('draft', lambda r: r['draft']),
+    ('T', lambda r: f'{r["temperature"]:g}'),
+    ('gamma', lambda r: str(r['gamma'])),
+    ('alpha', lambda r: f'{r["alpha"]:.3f}'),
+    ('c', lambda r: f'{r["c"]:.3f}'),
+    ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
+    ('predicted (r)', lambda r: f'{r["predicted_speedup"]:.2f}X'),
+    ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
+    ('tokens/call (eq. (1))',
+     lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f})'),
+    ('greedy identical', _identical),
+    ('quality: baseline / speculative', _quality),
+)
+SWEEP_COLUMNS: tuple[Column, ...] = (
+    WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
+    ('chosen', lambda r: 'yes' if r['chosen'] else ''),
+) + WALLTIME_COLUMNS[6:10]
+BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
+    ('baseline ms/token', lambda r: f'{r["baseline_token_ms"]:.3f}'),
+    ('target step ms', lambda r: f'{r["target_step_ms"]:.3f}'),
+    ('ms/iteration', lambda r: f'{r["iteration_ms"]:.3f}'),
+    ('draft steps', lambda r: f'{r["draft_ms"]:.3f}'),
+    ('verify (K = gamma + 1)', lambda r: f'{r["verify_ms"]:.3f}'),
+    ('other', lambda r: f'{r["other_ms"]:.3f}'),
+)
+
+
+def _timing_section(timing: Row) -> str:
+  rows = [dict(k=k, ms=ms, r=r) for k, (ms, r) in enumerate(zip(timing['verify_ms'], timing['r']),
+                                                          start=1)]
+  table = markdown_table(rows, (('K', lambda x: str(x['k'])),
+                                ('target call ms', lambda x: f'{x["ms"]:.4f}'),
+                                ('r(K)', lambda x: f'{x["r"]:.3f}')))
+  return (f'Target step {timing["target_step_ms"]:.4f} ms, draft step '
+          f'{timing["draft_step_ms"]:.4f} ms: **c = {timing["c"]:.3f}**. One target call over '
+          f'K positions costs r(K) target steps (the paper assumes r = 1):\n\n{table}\n\n'
+          '![r(K)](r_vs_k.png)')
+
+
+def plot_verify_cost(path: pathlib.Path, r: Sequence[float]) -> None:
+  """r(K) against K, with the paper's r = 1 and no parallelism (r = K)."""
+  k = np.arange(1, len(r) + 1)
+  fig = Figure(figsize=(5, 3.5))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  ax.plot(k, r, 'o-', label='measured r(K)')
+  ax.plot(k, np.ones_like(k), '--', label='r = 1 (paper)')
+  ax.plot(k, k, ':', label='r = K (serial)')
+  ax.set(xlabel='K (positions per target call)', ylabel='r(K) [target steps]', xticks=k,
+         title='Cost of one target call over K positions')
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[float]) -> None:
+  """Measured speedups of one group against eq. (5) with r = 1 and with r(K)."""
+  alpha, c = rows[0]['alpha'], rows[0]['c']
+  gammas = np.arange(1, len(r))
+  fig = Figure(figsize=(5, 3.5))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c), '--', label='eq. (5), r = 1')
+  ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c, np.asarray(r)), '-',
+          label='eq. (5) with measured r')
+  ax.plot([x['gamma'] for x in rows], [x['measured_speedup'] for x in rows], 'o',
+          label='measured')
+  chosen = [x for x in rows if x['chosen']]
+  ax.plot([x['gamma'] for x in chosen], [x['measured_speedup'] for x in chosen], 'r*',
+          markersize=12, label='best_gamma')
+  ax.axhline(1.0, color='gray', linewidth=0.8)
+  ax.set(xlabel='gamma', ylabel='walltime speedup', xticks=gammas,
+         title=f'{rows[0]["task"]}, {rows[0]["draft"]}, T = {rows[0]["temperature"]:g}: '
+               f'alpha = {alpha:.2f}, c = {c:.2f}')
+  ax.title.set_fontsize(9)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def plot_tokens_per_call(path: pathlib.Path, row: Row) -> None:
+  """Measured tokens per target call (n + 1) against eq. (1)'s truncated geometric law."""
+  histogram = np.asarray(row['accept_histogram'], np.float64)
+  gamma = len(histogram) - 1
+  k = np.arange(1, gamma + 2)
+  fig = Figure(figsize=(5, 3.5))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  ax.bar(k, histogram / histogram.sum(), alpha=0.6,
+         label=f'measured ({int(histogram.sum())} calls)')
+  ax.plot(k, theory.tokens_per_call_distribution(row['alpha'], gamma), 'ko-',
+          label=f'theory, alpha = {row["alpha"]:.2f}')
+  ax.set(xlabel='tokens per target call', ylabel='fraction of target calls', xticks=k,
+         title=f'{row["task"]}, {row["draft"]}, T = {row["temperature"]:g}, gamma = {gamma}')
+  ax.title.set_fontsize(9)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterable[Row] = (),
+                 walltime_rows: Iterable[Row] = (), timing: Row | None = None,
+                 notes: str = '') -> list[pathlib.Path]:
+  """Writes report.md, results.json, the CSVs and the plots of the given results.
+
+  Args:
+    out_dir: created if missing; existing files of the same names are replaced.
+    title: the report's heading.
+    alpha_rows: Table 3 records (see the module docstring).
+    walltime_rows: Table 2 records; plotting them needs `timing`.
+    timing: the step times (c, r(K)).
+    notes: Markdown put under the title (e.g. the models and the command).
+
+  Returns:
+    The paths written.
+  """
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  alpha_rows, walltime_rows = list(alpha_rows), list(walltime_rows)
+  written = [out / 'report.md', out / 'results.json']
+  sections = [f'# {title}', notes] if notes else [f'# {title}']
+
+  if alpha_rows:
+    written.append(out / 'table3_alpha.csv')
+    write_csv(written[-1], alpha_rows)
+    sections.append('## alpha (Table 3)\n\nalpha = E[beta], beta = sum_x min(p(x), q(x)) of the '
+                    'adjusted distributions at each position of the target\'s own outputs '
+                    '(one teacher-forced pass per model); s.e. from per-sequence sums.\n\n'
+                    + markdown_table(alpha_rows, ALPHA_COLUMNS))
+  if timing is not None:
+    written.append(out / 'r_vs_k.png')
+    plot_verify_cost(written[-1], timing['r'])
+    sections.append('## c and r(K)\n\n' + _timing_section(timing))
+  if walltime_rows:
+    written.append(out / 'table2_walltime.csv')
+    write_csv(written[-1], walltime_rows)
+    chosen = [row for row in walltime_rows if row['chosen']]
+    sections.append('## Walltime (Table 2)\n\nBatch 1, compile excluded, median over repeats; '
+                    'gamma from theory.best_gamma with the measured alpha, c and r(K).\n\n'
+                    + markdown_table(chosen, WALLTIME_COLUMNS))
+    sections.append('### Where the time goes (ms)\n\n' + markdown_table(chosen, BREAKDOWN_COLUMNS))
+    sections.append('### gamma sweep\n\n' + markdown_table(walltime_rows, SWEEP_COLUMNS))
+    plots = []
+    for group in dict.fromkeys(map(_group, walltime_rows)):
+      rows = [row for row in walltime_rows if _group(row) == group]
+      names = []
+      if timing is not None:
+        names.append(f'speedup_vs_gamma_{_slug(group)}.png')
+        plot_speedup_vs_gamma(out / names[-1], rows, timing['r'])
+      for row in (row for row in rows if row['chosen']):
+        names.append(f'tokens_per_call_{_slug(group)}.png')
+        plot_tokens_per_call(out / names[-1], row)
+      written += [out / name for name in names]
+      plots += [f'![{name}]({name})' for name in names]
+    sections.append('### Plots\n\n' + '\n'.join(plots))
+
+  (out / 'report.md').write_text('\n\n'.join(sections) + '\n', encoding='utf-8')
+  (out / 'results.json').write_text(json.dumps(
+      dict(title=title, alpha=alpha_rows, walltime=walltime_rows, timing=timing), indent=1,
+      default=lambda x: np.asarray(x).tolist()), encoding='utf-8')
+  return written

@@ -1,0 +1,219 @@
+"""Tests for spec_decode.measure with tiny random T5 models (fp32)."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_decode import decoding
+from spec_decode import measure
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
+from spec_decode.t5 import t5_1_1
+
+VOCAB, ENCODER_LEN, MAX_DECODE_LEN = 64, 8, 16
+GREEDY = sampling_lib.SamplingParams.create(0.0)
+SAMPLED = sampling_lib.SamplingParams.create(1.0)
+
+
+def _noisy_copy(model: models.T5Model, scale: float, seed: int) -> models.T5Model:
+  """The same network with perturbed weights: a draft that often agrees."""
+  leaves, treedef = jax.tree.flatten(model.params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  noisy = [x + scale * jnp.std(x) * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)]
+  return model.replace(params=jax.tree.unflatten(treedef, noisy))
+
+
+@pytest.fixture(scope='module')
+def target():
+  return models.T5Model.random(t5_1_1('tiny', vocab_size=VOCAB), jax.random.key(0))
+
+
+@pytest.fixture(scope='module')
+def draft(target):
+  return _noisy_copy(target, 0.3, seed=1)
+
+
+@pytest.fixture(scope='module')
+def inputs():
+  tokens = np.random.default_rng(0).integers(2, VOCAB, (32, ENCODER_LEN)).astype(np.int32)
+  tokens[::3, 5:] = 0  # some padding
+  return tokens
+
+
+def _generate(target, inputs, sampling, n=8):
+  return measure.generate_sequences(target, inputs[:n], sampling=sampling,
+                                    max_decode_len=MAX_DECODE_LEN, rng=jax.random.key(0),
+                                    batch_size=4)
+
+
+@pytest.mark.parametrize('sampling', [GREEDY, SAMPLED])
+def test_draft_equal_to_target_has_alpha_one(target, inputs, sampling):
+  tokens, lengths = _generate(target, inputs, sampling)
+  stats = measure.measure_alpha(target, target, inputs[:8], tokens, lengths, sampling=sampling,
+                                batch_size=4)
+  assert stats.alpha == pytest.approx(1.0, abs=1e-5)
+  assert stats.positions == lengths.sum() and len(stats.sequence_alpha) == 8
+
+
+def test_greedy_beta_is_argmax_agreement(target, draft, inputs):
+  tokens, lengths = _generate(target, inputs, GREEDY)
+  beta = np.asarray(measure.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens),
+                                  GREEDY))
+  decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))
+  p_argmax, q_argmax = (np.argmax(measure.teacher_forced_logits(m, inputs[:8], decoder_inputs), -1)
+                        for m in (target, draft))
+  valid = np.arange(MAX_DECODE_LEN)[None, :] < lengths[:, None]
+  # The teacher-forced pass is aligned with decoding: its argmax is the greedy output.
+  np.testing.assert_array_equal(p_argmax[valid], tokens[valid])
+  np.testing.assert_array_equal(beta[valid], (q_argmax == tokens)[valid].astype(np.float32))
+  assert 0 < beta[valid].mean() < 1  # both outcomes occur
+
+
+def test_alpha_matches_the_engines_acceptance_rate(target, draft, inputs):
+  """gamma = 1: each iteration accepts its one draft with probability beta."""
+  tokens, lengths = _generate(target, inputs, SAMPLED, n=32)
+  stats = measure.measure_alpha(target, draft, inputs, tokens, lengths, sampling=SAMPLED,
+                                batch_size=16)
+  out = models.speculative_generate(target, draft, inputs, jax.random.key(1), gamma=1,
+                                    max_decode_len=MAX_DECODE_LEN, sampling=SAMPLED)
+  rejected, accepted = np.asarray(out.accept_histogram)
+  rate = accepted / (accepted + rejected)
+  stderr = np.hypot(stats.stderr, np.sqrt(rate * (1 - rate) / (accepted + rejected)))
+  assert abs(rate - stats.alpha) < 4 * stderr, (rate, stats.alpha, stderr)
+  assert 0.2 < stats.alpha < 0.98  # a draft that is neither useless nor perfect
+
+
+def test_alpha_stats_from_betas():
+  betas = np.array([[1.0, 0.0, 0.7], [1.0, 1.0, 1.0], [0.5, 0.3, 0.2]])
+  stats = measure.AlphaStats.from_betas(betas, np.array([2, 3, 1]))
+  assert stats.alpha == pytest.approx(4.5 / 6)
+  np.testing.assert_allclose(stats.sequence_alpha, [0.5, 1.0, 0.5])
+  assert stats.positions == 6 and stats.stderr > 0
+  row = stats.row()
+  assert row['q50'] == 0.5 and row['sequences'] == 3
+
+
+def test_table_draft_estimates_smoothed_frequencies():
+  stream = np.array([5, 6, 1, 5, 7, 1])  # two sequences: 5 6 EOS, 5 7 EOS
+  k = 0.5
+  unigram = measure.TableDraft.estimate(stream, 8, order=1, add_k=k)
+  bigram = measure.TableDraft.estimate(stream, 8, order=2, add_k=k)
+  q1, q2 = np.exp(np.asarray(unigram.log_probs)), np.exp(np.asarray(bigram.log_probs))
+  assert q1.shape == (8,) and q2.shape == (8, 8)
+  np.testing.assert_allclose(q1.sum(), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(q2.sum(-1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(q1[5], (2 + k) / (6 + 8 * k), rtol=1e-6)
+  np.testing.assert_allclose(q2[0, 5], (2 + k) / (2 + 8 * k), rtol=1e-6)  # BOS -> 5, twice
+  np.testing.assert_allclose(q2[5, 6], (1 + k) / (2 + 8 * k), rtol=1e-6)
+  np.testing.assert_allclose(q2[3], 1 / 8, rtol=1e-6)  # an unseen context is uniform
+  with pytest.raises(ValueError, match='order'):
+    measure.TableDraft.estimate(stream, 8, order=3)
+
+
+@pytest.mark.parametrize('order', [1, 2])
+def test_table_draft_step_function_contract(order):
+  stream = np.random.default_rng(order).integers(1, VOCAB, 400)
+  table = measure.TableDraft.estimate(stream, VOCAB, order)
+  step_fn, cache = table.start(jnp.zeros((3, ENCODER_LEN), jnp.int32), capacity=10)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, VOCAB, (3, 4)), jnp.int32)
+  chunk_logits, chunk_cache = step_fn(tokens, cache)
+  assert chunk_logits.shape == (3, 4, VOCAB) and chunk_logits.dtype == jnp.float32
+  singles = []
+  for i in range(4):
+    logits, cache = step_fn(tokens[:, i:i + 1], cache)
+    singles.append(logits)
+  np.testing.assert_array_equal(chunk_logits, jnp.concatenate(singles, axis=1))
+  np.testing.assert_array_equal(chunk_cache.index, cache.index)
+  np.testing.assert_array_equal(cache.index, [4, 4, 4])
+  np.testing.assert_allclose(chunk_logits, measure.teacher_forced_logits(table, None, tokens))
+
+
+def test_table_draft_plugs_into_the_engine(target, inputs):
+  """Greedy speculative decoding with a bigram draft equals the greedy baseline."""
+  stream = np.asarray(_generate(target, inputs, GREEDY)[0]).ravel()
+  table = measure.TableDraft.estimate(stream, VOCAB, order=2)
+  capacity = decoding.cache_length(MAX_DECODE_LEN, 3)
+
+  @jax.jit
+  def run(target, table, encoder_input_tokens):
+    target_step, target_cache = target.start(encoder_input_tokens, capacity)
+    draft_step, draft_cache = table.start(encoder_input_tokens, capacity)
+    return decoding.speculative_decode(target_step, target_cache, draft_step, draft_cache,
+                                       gamma=3, max_decode_len=MAX_DECODE_LEN,
+                                       rng=jax.random.key(0))
+
+  out = run(target, table, jnp.asarray(inputs[:4]))
+  baseline = models.generate(target, inputs[:4], jax.random.key(0), max_decode_len=MAX_DECODE_LEN)
+  np.testing.assert_array_equal(out.tokens, baseline.tokens)
+  assert np.asarray(out.accept_histogram)[1:].sum() > 0  # the table draft got tokens accepted
+
+
+def test_target_token_stream_is_cached(tmp_path):
+  stream = measure.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path)
+  assert stream.dtype == np.int32 and stream[-1] == measure.EOS_ID
+  assert np.sum(stream == measure.EOS_ID) == 20 and np.all(stream != 0)
+  assert len(list(tmp_path.iterdir())) == 1
+  np.testing.assert_array_equal(
+      measure.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path), stream)
+
+
+def test_encode_texts_and_detokenize():
+  texts = ['translate English to German: A dog runs.', 'Hello']
+  tokens = measure.encode_texts(texts, max_input_len=64)
+  assert tokens.shape[0] == 2 and tokens.shape[1] % 16 == 0
+  for text, row in zip(texts, tokens):
+    ids = row[row > 0].tolist()
+    assert ids[-1] == measure.EOS_ID
+    assert measure.detokenize(ids + [7, 8]) == text  # cut at EOS
+  assert measure.encode_texts(texts, max_input_len=4)[0, 3] == measure.EOS_ID  # truncated
+
+
+def test_parse_config(tmp_path):
+  assert measure.parse_config('nano').vocab_size == 8192
+  assert measure.parse_config('nano', dtype='bfloat16').dtype == 'bfloat16'
+  path = tmp_path / 'model.json'
+  fields = dict(vocab_size=128, emb_dim=8, num_heads=2, num_encoder_layers=1,
+                num_decoder_layers=1, head_dim=4, mlp_dim=16)
+  path.write_text(json.dumps(fields))
+  assert measure.parse_config(str(path)).emb_dim == 8
+
+
+def test_step_times_are_positive_and_shaped(target, inputs):
+  nano = models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(2))
+  times = measure.measure_step_times(target, nano, inputs[:1], k_max=3,
+                                     max_decode_len=MAX_DECODE_LEN, num_steps=4, repeats=2)
+  assert times.verify_s.shape == (3,) and np.all(np.isfinite(times.verify_s))
+  assert np.all(times.verify_s > 0) and times.draft_s > 0 and np.isfinite(times.c)
+  assert times.r[0] == 1.0 and len(times.row()['r']) == 3
+  table = measure.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
+  seconds = measure.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
+                              repeats=2)
+  assert np.isfinite(seconds) and seconds > 0
+
+
+def test_time_decoding_and_summary(target, draft, inputs):
+  decoders = {
+      'baseline': measure.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
+                                           sampling=GREEDY),
+      'speculative': measure.speculative_decoder(target, draft, gamma=2,
+                                                 max_decode_len=MAX_DECODE_LEN, sampling=GREEDY),
+  }
+  decoded = measure.time_decoding(decoders, inputs[:3], jax.random.key(0), repeats=2)
+  baseline, speculative = decoded['baseline'], decoded['speculative']
+  assert baseline.seconds.shape == (3,) and np.all(baseline.seconds > 0)
+  assert speculative.tokens == baseline.tokens  # greedy: identical outputs
+  assert speculative.accept_histogram.shape == (3,)
+  assert baseline.tokens_per_call == 1.0 and speculative.tokens_per_call >= 1.0
+
+  times = measure.StepTimes(draft_s=1e-4, verify_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
+  row = measure.summarize(baseline, speculative, gamma=2, alpha=0.6, times=times)
+  assert row['identical'] == 1.0
+  assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)
+  assert row['predicted_speedup'] == pytest.approx(
+      theory.expected_tokens(0.6, 2) / (2 * 0.1 + 1.2))
+  assert row['other_ms'] == pytest.approx(row['iteration_ms'] - row['draft_ms'] - row['verify_ms'])
+  assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))

@@ -1,0 +1,88 @@
+"""Tests for spec_decode.report: the files it writes and the rows they hold."""
+
+import csv
+import json
+
+from spec_decode import report
+
+PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+
+ALPHA_ROWS = [
+    dict(task='demo_ende', target='small', draft='nano', temperature=0.0, alpha=0.75,
+         stderr=0.01, std=0.4, sequences=10, positions=200, q10=0.5, q25=0.6, q50=0.75, q75=0.8,
+         q90=0.9),
+    dict(task='demo_ende', target='small', draft='bigram', temperature=1.0, alpha=0.31,
+         stderr=0.02, std=0.2, sequences=10, positions=210, q10=0.2, q25=0.25, q50=0.3, q75=0.35,
+         q90=0.4),
+]
+TIMING = dict(target_step_ms=2.0, draft_step_ms=0.2, c=0.1, verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6],
+              r=[1.0, 1.05, 1.1, 1.2, 1.3])
+
+
+def _walltime_row(temperature, gamma, chosen, speedup):
+  return dict(
+      task='demo_ende', draft='nano', temperature=temperature, chosen=chosen, gamma=gamma,
+      alpha=0.75, c=0.1, r=1.1, measured_speedup=speedup, predicted_speedup=1.9,
+      predicted_speedup_eq5=2.1, tokens_per_call=2.2, expected_tokens_per_call=2.3,
+      identical=1.0, baseline_s=10.0, speculative_s=10.0 / speedup, baseline_token_ms=2.5,
+      target_step_ms=2.0, iteration_ms=5.0, draft_ms=0.6, verify_ms=2.4, other_ms=2.0,
+      accept_histogram=[5, 4, 3, 9][:gamma + 1], metrics='bleu', bleu_baseline=21.5,
+      bleu_speculative=21.5)
+
+
+WALLTIME_ROWS = [
+    _walltime_row(0.0, 2, False, 1.5),
+    _walltime_row(0.0, 3, True, 1.75),
+    _walltime_row(1.0, 2, True, 1.25),
+]
+
+
+def test_markdown_table():
+  table = report.markdown_table([dict(a=1), dict(a=2)], [('A', lambda r: str(r['a']))])
+  assert table.splitlines() == ['| A |', '| --- |', '| 1 |', '| 2 |']
+
+
+def test_write_report_writes_every_file(tmp_path):
+  paths = report.write_report(tmp_path / 'out', title='Tables', alpha_rows=ALPHA_ROWS,
+                              walltime_rows=WALLTIME_ROWS, timing=TIMING, notes='some notes')
+  names = {p.name for p in paths}
+  assert names == {
+      'report.md', 'results.json', 'table3_alpha.csv', 'table2_walltime.csv', 'r_vs_k.png',
+      'speedup_vs_gamma_demo_ende_nano_T0.png', 'tokens_per_call_demo_ende_nano_T0.png',
+      'speedup_vs_gamma_demo_ende_nano_T1.png', 'tokens_per_call_demo_ende_nano_T1.png'}
+  for path in paths:
+    assert path.exists() and path.stat().st_size > 0
+    if path.suffix == '.png':
+      assert path.read_bytes()[:8] == PNG_MAGIC
+
+  md = (tmp_path / 'out' / 'report.md').read_text()
+  assert md.startswith('# Tables\n\nsome notes')
+  assert ('| demo_ende | small | nano | 0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
+          '| 10 |') in md
+  assert ('| demo_ende | nano | 0 | 3 | 0.750 | 0.100 | 1.75X | 1.90X | 2.10X | 2.20 (2.30) | yes '
+          '| bleu 21.5 / 21.5 |') in md
+  assert '| demo_ende | nano | 1 | 2 | 0.750 | 0.100 | 1.25X' in md and 'n/a (sampled)' in md
+  assert '**c = 0.100**' in md and '| 5 | 2.6000 | 1.300 |' in md
+  for name in names - {'report.md'}:
+    assert name in md or name.endswith(('.csv', '.json'))
+
+  with open(tmp_path / 'out' / 'table2_walltime.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == 3 and rows[1]['gamma'] == '3' and rows[1]['accept_histogram'] == '5 4 3 9'
+  with open(tmp_path / 'out' / 'table3_alpha.csv') as f:
+    assert [r['draft'] for r in csv.DictReader(f)] == ['nano', 'bigram']
+  results = json.loads((tmp_path / 'out' / 'results.json').read_text())
+  assert results['walltime'] == WALLTIME_ROWS and results['timing'] == TIMING
+
+
+def test_alpha_only_report(tmp_path):
+  paths = report.write_report(tmp_path, title='alpha', alpha_rows=ALPHA_ROWS)
+  assert {p.name for p in paths} == {'report.md', 'results.json', 'table3_alpha.csv'}
+  md = (tmp_path / 'report.md').read_text()
+  assert '| demo_ende | small | bigram | 1 | 0.310 ± 0.020 |' in md and 'Walltime' not in md
+
+
+def test_greedy_mismatch_is_flagged(tmp_path):
+  row = dict(_walltime_row(0.0, 2, True, 1.5), identical=0.5)
+  report.write_report(tmp_path, title='t', walltime_rows=[row], timing=TIMING)
+  assert 'NO (50% of outputs)' in (tmp_path / 'report.md').read_text()
