@@ -17,18 +17,13 @@ import pathlib
 import sys
 
 import jax
-import numpy as np
 
 from spec_decode import checkpoints
 from spec_decode import data
+from spec_decode import experiments
 from spec_decode import measure
 from spec_decode import models
 from spec_decode import report
-from spec_decode import sampling as sampling_lib
-from spec_decode import tasks
-from spec_decode import theory
-
-METRICS = {'demo_ende': tasks.bleu, 'demo_debsum': tasks.rouge}
 
 
 def _load(config_spec: str, checkpoint: str, args: argparse.Namespace) -> models.T5Model:
@@ -65,57 +60,18 @@ def main() -> None:
   target = _load(args.target_config, args.target_checkpoint, args)
   draft = _load(args.draft_config, args.draft_checkpoint, args)
   draft_name = pathlib.Path(args.draft_config).stem
-  examples = data.load_examples(args.task, args.split, args.n)
-  references = [e['targets'] for e in examples]
-  inputs = measure.encode_texts([e['inputs'] for e in examples], args.max_input_len)
-  rng = jax.random.key(args.seed)
+  settings = experiments.WalltimeSettings(
+      task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),
+      gamma_max=args.gamma_max, gammas=tuple(args.gammas), max_input_len=args.max_input_len,
+      max_decode_len=args.max_decode_len, batch_size=args.batch_size, repeats=args.repeats,
+      num_steps=args.num_steps, seed=args.seed)
+  alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
+      target, draft, draft_name, settings, target_name=pathlib.Path(args.target_config).stem)
 
-  times = measure.measure_step_times(
-      target, draft, inputs[:1], k_max=max(args.gamma_max, *args.gammas) + 1,
-      max_decode_len=args.max_decode_len, num_steps=args.num_steps, progress=True)
-  print(f'c = {times.c:.4f}, r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
-
-  alpha_rows, walltime_rows = [], []
-  for temperature in args.temperatures:
-    sampling = sampling_lib.SamplingParams.create(temperature)
-    tokens, lengths = measure.generate_sequences(
-        target, inputs, sampling=sampling, max_decode_len=args.max_decode_len, rng=rng,
-        batch_size=args.batch_size, progress=True)
-    stats = measure.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
-                                  batch_size=args.batch_size)
-    alpha_rows.append(dict(task=args.task, target=pathlib.Path(args.target_config).stem,
-                           draft=draft_name, temperature=temperature, **stats.row()))
-    best, predicted = theory.best_gamma(stats.alpha, times.c, args.gamma_max, times.r)
-    best = int(best)
-    print(f'T={temperature:g}: alpha {stats.alpha:.4f}, best gamma {best} (predicted '
-          f'{float(predicted):.2f}X)', file=sys.stderr)
-
-    gammas = sorted(set(args.gammas) | {best})
-    decoders = {'baseline': measure.baseline_decoder(
-        target, max_decode_len=args.max_decode_len, sampling=sampling)}
-    decoders.update({f'gamma={g}': measure.speculative_decoder(
-        target, draft, gamma=g, max_decode_len=args.max_decode_len, sampling=sampling)
-                     for g in gammas})
-    decoded = measure.time_decoding(decoders, inputs, rng, repeats=args.repeats, progress=True)
-    baseline = decoded['baseline']
-    quality = {name: METRICS[args.task](references, [measure.detokenize(t) for t in out.tokens])
-               for name, out in decoded.items()}
-    for g in gammas:
-      row = dict(task=args.task, draft=draft_name, temperature=temperature, chosen=g == best,
-                 **measure.summarize(baseline, decoded[f'gamma={g}'], gamma=g, alpha=stats.alpha,
-                                     times=times))
-      row['metrics'] = ' '.join(quality['baseline'])
-      for metric, value in quality['baseline'].items():
-        row.update({f'{metric}_baseline': value,
-                    f'{metric}_speculative': quality[f'gamma={g}'][metric]})
-      walltime_rows.append(row)
-      print(f'  gamma {g}: {row["measured_speedup"]:.2f}X measured, '
-            f'{row["predicted_speedup"]:.2f}X predicted', file=sys.stderr)
-
-  notes = (f'{args.task}/{args.split}, first {len(inputs)} inputs, max_decode_len '
+  notes = (f'{args.task}/{args.split}, first {args.n} inputs, max_decode_len '
            f'{args.max_decode_len}, batch 1, {args.repeats} repeats.\n\n`{" ".join(sys.argv)}`')
   paths = report.write_report(args.out_dir, title='Walltime (Table 2)', alpha_rows=alpha_rows,
-                              walltime_rows=walltime_rows, timing=times.row(), notes=notes)
+                              walltime_rows=walltime_rows, timing=timing, notes=notes)
   print('\n'.join(map(str, paths)))
 
 

@@ -1,0 +1,83 @@
+"""The bundled demo pair, and the README's main command.
+
+Three T5 1.1 models trained on the bundled data (spec_decode/train.py,
+gin/runs/train.gin; see spec_decode/data/models/README.md) and committed as
+bfloat16 T5X checkpoints under spec_decode/data/models/:
+
+  target       M_p, 4+4 layers, width 384, 20.4M parameters
+  draft_large  M_q, 2+2 layers, width 256, 8.1M parameters
+  draft_small  M_q, 2+2 layers, width 128, 3.3M parameters
+
+`load(name)` reads one as a T5Model in float32 (bfloat16 matmuls are ~10x
+slower than float32 on CPUs without native bf16).
+
+  python -m spec_decode.demo            # the short Table 2 on this machine
+
+measures c and r(K), alpha at temperature 0 and 1, chooses gamma by eq. (5)
+with the measured r, times the baseline and speculative decoding at batch 1 on
+the first Multi30k test sentences and prints the walltime table; the full
+report (Markdown, CSV, plots) goes to --out_dir.
+"""
+
+import argparse
+import dataclasses
+import sys
+
+import jax
+
+from spec_decode import checkpoints
+from spec_decode import data
+from spec_decode import experiments
+from spec_decode import models
+from spec_decode import report
+from spec_decode.t5.config import T5Config
+
+MODELS_DIR = data.DATA_DIR / 'models'
+
+_COMMON = dict(vocab_size=8192, head_dim=64)
+CONFIGS = {
+    'target': T5Config(emb_dim=384, num_heads=6, num_encoder_layers=4, num_decoder_layers=4,
+                       mlp_dim=768, dropout_rate=0.05, **_COMMON),
+    'draft_large': T5Config(emb_dim=256, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                            mlp_dim=768, **_COMMON),
+    'draft_small': T5Config(emb_dim=128, num_heads=2, num_encoder_layers=2, num_decoder_layers=2,
+                            mlp_dim=512, **_COMMON),
+}
+
+
+def load(name: str, dtype: str = 'float32') -> models.T5Model:
+  """One bundled model ('target', 'draft_large' or 'draft_small')."""
+  if name not in CONFIGS:
+    raise ValueError(f'unknown demo model {name!r}; expected one of {sorted(CONFIGS)}')
+  config = dataclasses.replace(CONFIGS[name], param_dtype=dtype, dtype=dtype)
+  params = checkpoints.load_params(str(MODELS_DIR / name), config)
+  return models.T5Model(config, jax.device_put(params))
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description='The short Table 2 on the bundled demo pair.')
+  parser.add_argument('--draft', default='draft_large', choices=['draft_large', 'draft_small'])
+  parser.add_argument('--n', type=int, default=24, help='Multi30k test sentences timed')
+  parser.add_argument('--repeats', type=int, default=2, help='timed runs per input (median)')
+  parser.add_argument('--out_dir', default='runs/demo_walltime')
+  args = parser.parse_args(argv)
+
+  settings = experiments.WalltimeSettings(
+      task='demo_ende', split='test_multi30k', n=args.n, temperatures=(0.0, 1.0),
+      gamma_max=7, gammas=(), max_decode_len=64, repeats=args.repeats, num_steps=32)
+  target, draft = load('target'), load(args.draft)
+  alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
+      target, draft, args.draft, settings)
+  notes = (f'Bundled demo pair, demo_ende/test_multi30k, first {args.n} sentences, batch 1, '
+           f'median of {args.repeats} runs.\n\n`python -m spec_decode.demo '
+           f'{" ".join(sys.argv[1:] if argv is None else argv)}`')
+  paths = report.write_report(args.out_dir, title='Walltime on the bundled demo pair',
+                              alpha_rows=alpha_rows, walltime_rows=walltime_rows, timing=timing,
+                              notes=notes)
+  print(report.markdown_table(walltime_rows, report.WALLTIME_COLUMNS))
+  print(f'\nfull report: {paths[0]}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
