@@ -20,7 +20,6 @@ report (Markdown, CSV, plots) goes to --out_dir.
 """
 
 import argparse
-import dataclasses
 import sys
 
 import jax
@@ -30,28 +29,26 @@ from spec_decode import data
 from spec_decode import experiments
 from spec_decode import models
 from spec_decode import report
-from spec_decode.t5.config import T5Config
+from spec_decode.t5.config import T5Config, t5_1_1
 
 MODELS_DIR = data.DATA_DIR / 'models'
 
-_COMMON = dict(vocab_size=8192, head_dim=64)
-CONFIGS = {
-    'target': T5Config(emb_dim=384, num_heads=6, num_encoder_layers=4, num_decoder_layers=4,
-                       mlp_dim=768, dropout_rate=0.05, **_COMMON),
-    'draft_large': T5Config(emb_dim=256, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
-                            mlp_dim=768, **_COMMON),
-    'draft_small': T5Config(emb_dim=128, num_heads=2, num_encoder_layers=2, num_decoder_layers=2,
-                            mlp_dim=512, **_COMMON),
-}
+DEMO_VOCAB_SIZE = 8192
+NAMES = ('target', 'draft_large', 'draft_small')
+
+
+def config(name: str, dtype: str = 'float32') -> T5Config:
+  """The T5Config of a bundled model (t5_1_1 size 'demo_' + name)."""
+  if name not in NAMES:
+    raise ValueError(f'unknown demo model {name!r}; expected one of {NAMES}')
+  return t5_1_1(f'demo_{name}', vocab_size=DEMO_VOCAB_SIZE, dtype=dtype, param_dtype=dtype)
 
 
 def load(name: str, dtype: str = 'float32') -> models.T5Model:
   """One bundled model ('target', 'draft_large' or 'draft_small')."""
-  if name not in CONFIGS:
-    raise ValueError(f'unknown demo model {name!r}; expected one of {sorted(CONFIGS)}')
-  config = dataclasses.replace(CONFIGS[name], param_dtype=dtype, dtype=dtype)
-  params = checkpoints.load_params(str(MODELS_DIR / name), config)
-  return models.T5Model(config, jax.device_put(params))
+  model_config = config(name, dtype)
+  params = checkpoints.load_params(str(MODELS_DIR / name), model_config)
+  return models.T5Model(model_config, jax.device_put(params))
 
 
 def main(argv=None) -> int:

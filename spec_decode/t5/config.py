@@ -76,6 +76,10 @@ SIZES = {
     'large': (1024, 16, 24, 24, 64, 2816),
     'xl': (2048, 32, 24, 24, 64, 5120),
     'xxl': (4096, 64, 24, 24, 64, 10240),
+    # The bundled demo pair (spec_decode.demo), over the 8k demo vocabulary.
+    'demo_target': (384, 6, 4, 4, 64, 768),
+    'demo_draft_large': (256, 4, 2, 2, 64, 768),
+    'demo_draft_small': (128, 2, 2, 2, 64, 512),
     # Test sizes: a tiny target and a smaller draft.
     'tiny': (64, 4, 2, 2, 16, 128),
     'nano': (32, 2, 1, 1, 16, 64),

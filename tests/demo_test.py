@@ -1,0 +1,54 @@
+"""Tests of the bundled demo pair: configs, checkpoints, exact greedy speculation."""
+
+import gin
+import jax
+import numpy as np
+import pytest
+
+from spec_decode import data
+from spec_decode import demo
+from spec_decode import gin_utils
+from spec_decode import measure
+from spec_decode import models
+from spec_decode.t5 import T5Config
+
+
+@pytest.mark.parametrize('name', demo.NAMES)
+def test_gin_model_files_match_the_bundled_configs(name):
+  gin.clear_config()
+  gin.add_config_file_search_path(str(gin_utils.GIN_DIR))
+  gin.parse_config_files_and_bindings([f'models/demo/{name}.gin'], None, finalize_config=False)
+  from_gin = gin.get_configurable(f'demo_{name}/spec_decode.t5.T5Config')()
+  gin.clear_config()
+  expected = demo.config(name)
+  assert isinstance(from_gin, T5Config)
+  for field in ('vocab_size', 'emb_dim', 'num_heads', 'num_encoder_layers',
+                'num_decoder_layers', 'head_dim', 'mlp_dim'):
+    assert getattr(from_gin, field) == getattr(expected, field), field
+
+
+def test_unknown_demo_model_is_an_error():
+  with pytest.raises(ValueError, match='unknown demo model'):
+    demo.config('draft_huge')
+
+
+@pytest.fixture(scope='module')
+def pair():
+  return demo.load('target'), demo.load('draft_small')
+
+
+def test_bundled_checkpoints_load_in_float32(pair):
+  for model in pair:
+    leaves = jax.tree.leaves(model.params)
+    assert all(x.dtype == np.float32 for x in leaves)
+
+
+def test_greedy_speculation_on_the_bundled_pair_equals_the_baseline(pair):
+  target, draft = pair
+  examples = data.load_examples('demo_ende', 'test_multi30k', 4)
+  inputs = measure.encode_texts([e['inputs'] for e in examples], 64)
+  key = jax.random.split(jax.random.key(0), len(examples))
+  base = models.generate(target, inputs, key, max_decode_len=32)
+  spec = models.speculative_generate(target, draft, inputs, key, gamma=3, max_decode_len=32)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  assert int(np.sum(spec.loop_target_calls)) < int(np.sum(base.loop_target_calls))
