@@ -217,6 +217,35 @@ def _read_t5x(directory: str, arrays: dict[str, np.ndarray | ts.TensorStore], dt
                      for name, x in arrays.items()})
 
 
+def _read_t5x_sharded(directory: str, arrays: dict[str, np.ndarray | ts.TensorStore], dtype,
+                      shardings: dict[str, jax.sharding.Sharding]) -> Params:
+  """Reads the opened arrays of `_open_t5x` straight onto their shards.
+
+  One array at a time, so a host holds at most one array's local slices.
+  """
+  params = {}
+  for name, x in arrays.items():
+    if name not in shardings:
+      raise ValueError(f'no sharding for {_where(name, directory)}')
+    if isinstance(x, np.ndarray):
+      params[name] = jax.device_put(_cast(x, dtype), shardings[name])
+      continue
+    # The distinct slices this host's devices hold (replicas share one read), read concurrently.
+    reads = {}
+    for index in shardings[name].addressable_devices_indices_map(x.shape).values():
+      reads.setdefault(_slice_key(index), x[index].read())
+    params[name] = jax.make_array_from_callback(
+        x.shape, shardings[name],
+        lambda index, name=name, reads=reads: _cast(
+            _result(reads[_slice_key(index)], _where(name, directory)), dtype))
+  return _unflatten(params)
+
+
+def _slice_key(index: tuple[slice, ...]) -> tuple:
+  """A device's index into an array (slices), hashable."""
+  return tuple((s.start, s.stop) for s in index)
+
+
 def _open_zarr(kvstore: dict[str, Any], name: str, spec: dict[str, Any], msgpack_path: str):
   """Opens the zarr array of one tensorstore spec from the msgpack file."""
   relative = spec.get('kvstore', {}).get('path') or spec.get('path')
@@ -574,16 +603,22 @@ def checkpoint_format(path: str) -> str:
       f'orbax metadata; it holds {", ".join(sorted(entries)[:8])}')
 
 
-def load_params(path: str, config: T5Config, dtype=None) -> Params:
+def load_params(path: str, config: T5Config, dtype=None, shardings: Any = None) -> Params:
   """Reads a T5X, orbax or Hugging Face checkpoint and checks it against `config`.
 
   Args:
     path: a checkpoint directory or file (see `checkpoint_format`).
     config: the T5Config the parameters must fit.
     dtype: dtype of the returned arrays; default config.param_dtype.
+    shardings: optional tree of jax.sharding.Sharding, one per parameter (e.g.
+      `spec_decode.sharding.param_shardings`): the arrays are then placed on
+      their devices. A T5X array is read slice by slice, each host reading
+      only the slices its own devices hold (no whole copy on any host); orbax
+      and Hugging Face arrays are read whole on the host, then placed.
 
   Returns:
-    The parameter tree (numpy arrays) for spec_decode.t5.Transformer(config).
+    The parameter tree for spec_decode.t5.Transformer(config): numpy arrays, or
+    jax Arrays with `shardings`.
 
   Raises:
     FileNotFoundError: no checkpoint at `path`.
@@ -596,14 +631,16 @@ def load_params(path: str, config: T5Config, dtype=None) -> Params:
   if kind == 't5x':  # Shapes are checked before any array is read.
     directory, arrays = _open_t5x(path)
     check_params(_unflatten(arrays), config, source)
+    if shardings is not None:
+      return _read_t5x_sharded(directory, arrays, dtype, _flatten(shardings))
     return _read_t5x(directory, arrays, dtype)
   if kind == 'orbax':
     params = read_orbax(path, dtype)
     check_params(params, config, source)
-    return params
-  params = read_hf(path, dtype)
-  names = hf_names(*(sum(key.startswith('layers_') for key in params[stack])
-                     for stack in ('encoder', 'decoder')))
-  check_params(params, config, source, lambda name: f'{name} ({names[name]})')
-  _check_hf_json(path, config)
-  return params
+  else:
+    params = read_hf(path, dtype)
+    names = hf_names(*(sum(key.startswith('layers_') for key in params[stack])
+                       for stack in ('encoder', 'decoder')))
+    check_params(params, config, source, lambda name: f'{name} ({names[name]})')
+    _check_hf_json(path, config)
+  return params if shardings is None else jax.device_put(params, shardings)

@@ -51,6 +51,7 @@ from spec_decode import gin_utils
 from spec_decode.gin_utils import ConfigError
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode import sharding
 from spec_decode.t5.config import T5Config
 
 EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
@@ -76,7 +77,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           input_file: str = '-', output_file: str = '-', input_prefix: str = '',
           gamma: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
           lenience: float = 1.0, max_input_len: int = 512, truncate_inputs: bool = False,
-          max_decode_len: int = 128, batch_size: int = 8, seed: int = 0) -> dict[str, Any]:
+          max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
+          model_parallel: int = 0) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`.
@@ -103,6 +105,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     batch_size: inputs decoded together.
     seed: example i is sampled with key fold_in(key(seed), i), whatever the
       batch size.
+    model_parallel: 0 decodes on one device. n >= 1 lays both models over all
+      devices as a (devices / n, n) mesh (spec_decode.sharding): the target's
+      parameters split n ways (STANDARD_RULES), the draft's replicated
+      (DATA_PARALLEL_RULES), batch rows split over the data axis.
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -135,7 +141,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                            max_input_len=max_input_len, truncate=truncate_inputs)
   if not examples:
     raise ConfigError(f'no inputs in {input_file}')
-  target, draft = (_load(name, configs.get(name), paths[name]) for name in ('target', 'draft'))
+  mesh = _mesh(model_parallel, batch_size) if model_parallel else None
+  target, draft = (_load(name, configs.get(name), paths[name], mesh)
+                   for name in ('target', 'draft'))
 
   input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
   batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
@@ -245,11 +253,28 @@ def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
                       f'vocab_size is {sizes["target"]}: the wrong vocabulary for these models?')
 
 
-def _load(name: str, config: T5Config | None, path: str | None) -> models.T5Model | None:
-  """The model from its checkpoint, in config.param_dtype, on the device."""
+def _mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
+  """The (data, model) mesh over all devices; ConfigError if it or the batch does not split."""
+  try:
+    mesh = sharding.make_mesh(model_parallel)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  replicas = mesh.shape[sharding.DATA]
+  if batch_size % replicas:
+    raise ConfigError(f'batch_size {batch_size} does not split over the {replicas} model '
+                      f'replicas of model_parallel={model_parallel}')
+  return mesh
+
+
+def _load(name: str, config: T5Config | None, path: str | None,
+          mesh: jax.sharding.Mesh | None) -> models.T5Model | None:
+  """The model from its checkpoint, in config.param_dtype, on the device (or mesh)."""
   if config is None:
     return None
   try:
+    if mesh is not None:
+      rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
+      return sharding.load_model(path, config, mesh, rules)
     params = checkpoints.load_params(path, config)
   except ValueError as e:  # Arrays that do not fit the config.
     raise ConfigError(f'{name}: {e}') from None
@@ -273,12 +298,13 @@ def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Ar
             rng: jax.Array, sampling: sampling_lib.SamplingParams, *, gamma: int,
             lenience: float, max_decode_len: int) -> decoding.DecodeOutput:
   """Baseline decoding without a draft, speculative decoding with one."""
+  lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
   if draft is None:
-    return models.generate(target, tokens, rng, max_decode_len=max_decode_len,
-                           sampling=sampling, eos_id=EOS_ID)
-  return models.speculative_generate(target, draft, tokens, rng, gamma=gamma,
-                                     max_decode_len=max_decode_len, sampling=sampling,
-                                     lenience=lenience, eos_id=EOS_ID)
+    return lib.generate(target, tokens, rng, max_decode_len=max_decode_len,
+                        sampling=sampling, eos_id=EOS_ID)
+  return lib.speculative_generate(target, draft, tokens, rng, gamma=gamma,
+                                  max_decode_len=max_decode_len, sampling=sampling,
+                                  lenience=lenience, eos_id=EOS_ID)
 
 
 def _record(example: Example, result: decoding.DecodeOutput, b: int, vocabulary: Any) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def speculative_generate(target: T5Model, draft: T5Model, encoder_input_tokens: 
         f'draft vocab_size {draft.config.vocab_size} != target vocab_size '
         f'{target.config.vocab_size}: speculative sampling needs a shared vocabulary')
   _check_inputs(encoder_input_tokens)
-  if not 0.0 < lenience <= 1.0:
+  if not isinstance(lenience, jax.core.Tracer) and not 0.0 < lenience <= 1.0:
     raise ValueError(f'lenience must be in (0, 1], got {lenience}')
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt,
                                lenience, gamma=gamma, max_decode_len=max_decode_len,
