@@ -20,6 +20,7 @@ import tqdm
 
 from spec_decode import checkpoints
 from spec_decode import data
+from spec_decode import drafts as drafts_lib
 from spec_decode import measure
 from spec_decode import models
 from spec_decode import report
@@ -71,8 +72,8 @@ def main() -> None:
   if args.tables:
     stream = measure.target_token_stream(args.task, 'train', cache_dir=args.cache_dir)
     for name in args.tables:
-      drafts[name] = measure.TableDraft.estimate(stream, target.config.vocab_size,
-                                                 TABLE_ORDERS[name], args.add_k)
+      drafts[name] = drafts_lib.TableDraft.estimate(stream, target.config.vocab_size,
+                                                    TABLE_ORDERS[name], args.add_k)
   examples = data.load_examples(args.task, args.split, args.n)
   inputs = measure.encode_texts([e['inputs'] for e in examples], args.max_input_len)
 

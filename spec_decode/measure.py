@@ -7,8 +7,8 @@ p and q at every generated position, adjusted with the same SamplingParams, and
   beta = sum_x min(p(x), q(x)),   alpha = E[beta]
 
 over all positions (at temperature 0, beta is 1 where the argmaxes agree, else
-0). A draft is a T5Model or a `TableDraft`: a zero-cost unigram or bigram table
-estimated from the task's training targets.
+0). A draft is a T5Model or a draft provider of `spec_decode.drafts` (e.g. a
+zero-cost unigram or bigram table estimated from the task's training targets).
 
 c and r(K) (Section 3.3 and `theory.walltime_improvement`): seconds per call of
 each model's step function inside a compiled `lax.fori_loop` at batch 1, over a
@@ -31,7 +31,6 @@ import pathlib
 import time
 from typing import Callable, Iterator, Sequence
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,6 +40,7 @@ import tqdm
 from spec_decode import cache as cache_lib
 from spec_decode import data
 from spec_decode import decoding
+from spec_decode import drafts
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
@@ -128,84 +128,21 @@ def target_token_stream(task: str, split: str = 'train', *, limit: int | None = 
   return stream
 
 
-# ---------------------------------------------------------------------------
-# Table drafts.
-
-
-@flax.struct.dataclass
-class TableDraft:
-  """A zero-cost draft M_q whose q depends on at most the current token.
-
-  Its step function returns `log_probs` (unigram) or `log_probs[token]`
-  (bigram: the distribution of the token after the input token), so it needs
-  no state: its cache is only the write index the loops rewind.
-
-  Attributes:
-    log_probs: [V] (unigram) or [V, V] (bigram, row t = log q(. | t)) float32.
-  """
-
-  log_probs: jax.Array
-
-  @property
-  def vocab_size(self) -> int:
-    return self.log_probs.shape[-1]
-
-  @classmethod
-  def estimate(cls, stream: np.ndarray, vocab_size: int, order: int,
-               add_k: float = 0.01) -> 'TableDraft':
-    """Add-k smoothed n-gram frequencies of a token stream.
-
-    Args:
-      stream: [T] ids, sequences separated by EOS (`target_token_stream`); a
-        sequence's first token follows BOS.
-      vocab_size: V.
-      order: 1 (unigram) or 2 (bigram).
-      add_k: pseudo-count added to every (context, token) pair, > 0.
-    """
-    if order not in (1, 2):
-      raise ValueError(f'order must be 1 (unigram) or 2 (bigram), got {order}')
-    if not add_k > 0:
-      raise ValueError(f'add_k must be > 0, got {add_k}')
-    stream = np.asarray(stream, np.int64)
-    if order == 1:
-      counts = np.bincount(stream, minlength=vocab_size).astype(np.float64) + add_k
-    else:
-      prev = np.concatenate([[BOS_ID], stream[:-1]])
-      prev[prev == EOS_ID] = BOS_ID  # A new sequence starts after each EOS.
-      pairs, pair_counts = np.unique(prev * vocab_size + stream, return_counts=True)
-      counts = np.full((vocab_size, vocab_size), add_k, np.float32)
-      counts.reshape(-1)[pairs] += pair_counts
-    log_probs = np.log(counts) - np.log(counts.sum(-1, keepdims=True))
-    return cls(jnp.asarray(log_probs, jnp.float32))
-
-  def logits(self, decoder_input_tokens: jax.Array) -> jax.Array:
-    """[B, L] int32 input tokens -> [B, L, V] float32 log q of the next token."""
-    if self.log_probs.ndim == 1:
-      return jnp.broadcast_to(self.log_probs, decoder_input_tokens.shape + self.log_probs.shape)
-    return self.log_probs[decoder_input_tokens]
-
-  def start(self, encoder_input_tokens: jax.Array,
-            capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
-    """A step function and its fresh cache, as `T5Model.start` (inputs unused)."""
-    batch = encoder_input_tokens.shape[0]
-    cache = cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32), layers=None, capacity=capacity)
-
-    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
-      return self.logits(tokens), cache.replace(index=cache.index + tokens.shape[1])
-
-    return step_fn, cache
-
-
-Draft = models.T5Model | TableDraft
+Draft = models.T5Model | drafts.DraftProvider
 
 
 def teacher_forced_logits(model: Draft, encoder_input_tokens: jax.Array,
                           decoder_input_tokens: jax.Array) -> jax.Array:
-  """One full-sequence pass: [B, S] inputs, [B, L] decoder inputs -> [B, L, V]."""
-  if isinstance(model, TableDraft):
-    return model.logits(decoder_input_tokens)
-  return model.network.apply({'params': model.params}, encoder_input_tokens,
-                             decoder_input_tokens)
+  """One full-sequence pass: [B, S] inputs, [B, L] decoder inputs -> [B, L, V].
+
+  A draft provider makes it one call of its step function over all L positions
+  (which the step-function contract makes equal to L single calls).
+  """
+  if isinstance(model, models.T5Model):
+    return model.network.apply({'params': model.params}, encoder_input_tokens,
+                               decoder_input_tokens)
+  step_fn, cache = model.start(encoder_input_tokens, decoder_input_tokens.shape[1])
+  return step_fn(decoder_input_tokens, cache)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -309,7 +246,7 @@ def measure_alpha(target: models.T5Model, draft: Draft, encoder_input_tokens: np
 
   Args:
     target: M_p, which generated `tokens` with the same `sampling`.
-    draft: M_q, a T5Model or a TableDraft.
+    draft: M_q, a T5Model or a draft provider.
     encoder_input_tokens: [N, S] int32.
     tokens: [N, L] int32 the target's outputs.
     lengths: [N] their lengths.
@@ -394,7 +331,7 @@ def step_time(model: Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capa
   """Seconds per call of a model's step function over K positions.
 
   Args:
-    model: a T5Model or TableDraft.
+    model: a T5Model or a draft provider.
     encoder_input_tokens: [B, S] int32 (batch 1 for the paper's setting).
     k: positions per call.
     capacity: the cache's positions, e.g. decoding.cache_length(...).
@@ -480,12 +417,13 @@ def baseline_decoder(target: models.T5Model, *, max_decode_len: int,
                                               sampling=sampling, eos_id=EOS_ID)
 
 
-def speculative_decoder(target: models.T5Model, draft: models.T5Model, *, gamma: int,
-                        max_decode_len: int, sampling: sampling_lib.SamplingParams) -> DecodeFn:
-  """`models.speculative_generate` with a fixed gamma, as a DecodeFn."""
+def speculative_decoder(target: models.T5Model, draft: Draft, *, gamma: int,
+                        max_decode_len: int, sampling: sampling_lib.SamplingParams,
+                        lenience: float = 1.0) -> DecodeFn:
+  """`models.speculative_generate` with a fixed gamma and lenience, as a DecodeFn."""
   return lambda inputs, keys: models.speculative_generate(
       target, draft, inputs, keys, gamma=gamma, max_decode_len=max_decode_len, sampling=sampling,
-      eos_id=EOS_ID)
+      lenience=lenience, eos_id=EOS_ID)
 
 
 def time_decoding(decoders: dict[str, DecodeFn], encoder_input_tokens: np.ndarray,

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
+from spec_decode import drafts
 from spec_decode import sampling as sampling_lib
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
@@ -43,6 +44,10 @@ class T5Model:
   @property
   def network(self) -> Transformer:
     return Transformer(self.config)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.config.vocab_size
 
   @classmethod
   def random(cls, config: T5Config, rng: jax.Array) -> 'T5Model':
@@ -101,18 +106,20 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
                    max_decode_len=max_decode_len, eos_id=eos_id)
 
 
-def speculative_generate(target: T5Model, draft: T5Model, encoder_input_tokens: jax.Array,
-                         rng: jax.Array, *, gamma: int, max_decode_len: int,
-                         sampling: sampling_lib.SamplingParams | None = None,
+def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
+                         encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
+                         max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, prompt: jax.Array | None = None,
                          eos_id: int = 1) -> decoding.DecodeOutput:
   """Speculative decoding of target M_p with draft M_q, compiled.
 
-  Both models encode the same inputs (they share the vocabulary).
+  Both start from the same inputs (they share the vocabulary).
 
   Args:
     target: the model M_p whose distribution is sampled.
-    draft: the approximation model M_q; same vocabulary size as the target.
+    draft: the approximation M_q: a T5Model or a draft provider of
+      spec_decode.drafts (anything with `start` and `vocab_size` that passes
+      through jit as a pytree); same vocabulary size as the target.
     encoder_input_tokens: [B, S] int32, 0 = padding.
     rng: one PRNG key, or [B] keys (one stream per row).
     gamma: static number of drafted tokens per iteration.
@@ -125,10 +132,10 @@ def speculative_generate(target: T5Model, draft: T5Model, encoder_input_tokens: 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
   """
-  if target.config.vocab_size != draft.config.vocab_size:
+  if target.vocab_size != draft.vocab_size:
     raise ValueError(
-        f'draft vocab_size {draft.config.vocab_size} != target vocab_size '
-        f'{target.config.vocab_size}: speculative sampling needs a shared vocabulary')
+        f'draft vocab_size {draft.vocab_size} != target vocab_size {target.vocab_size}: '
+        'speculative sampling needs a shared vocabulary')
   _check_inputs(encoder_input_tokens)
   if not isinstance(lenience, jax.core.Tracer) and not 0.0 < lenience <= 1.0:
     raise ValueError(f'lenience must be in (0, 1], got {lenience}')

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_decode import decoding
+from spec_decode import drafts
 from spec_decode import measure
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
@@ -97,61 +97,6 @@ def test_alpha_stats_from_betas():
   assert row['q50'] == 0.5 and row['sequences'] == 3
 
 
-def test_table_draft_estimates_smoothed_frequencies():
-  stream = np.array([5, 6, 1, 5, 7, 1])  # two sequences: 5 6 EOS, 5 7 EOS
-  k = 0.5
-  unigram = measure.TableDraft.estimate(stream, 8, order=1, add_k=k)
-  bigram = measure.TableDraft.estimate(stream, 8, order=2, add_k=k)
-  q1, q2 = np.exp(np.asarray(unigram.log_probs)), np.exp(np.asarray(bigram.log_probs))
-  assert q1.shape == (8,) and q2.shape == (8, 8)
-  np.testing.assert_allclose(q1.sum(), 1.0, rtol=1e-6)
-  np.testing.assert_allclose(q2.sum(-1), 1.0, rtol=1e-6)
-  np.testing.assert_allclose(q1[5], (2 + k) / (6 + 8 * k), rtol=1e-6)
-  np.testing.assert_allclose(q2[0, 5], (2 + k) / (2 + 8 * k), rtol=1e-6)  # BOS -> 5, twice
-  np.testing.assert_allclose(q2[5, 6], (1 + k) / (2 + 8 * k), rtol=1e-6)
-  np.testing.assert_allclose(q2[3], 1 / 8, rtol=1e-6)  # an unseen context is uniform
-  with pytest.raises(ValueError, match='order'):
-    measure.TableDraft.estimate(stream, 8, order=3)
-
-
-@pytest.mark.parametrize('order', [1, 2])
-def test_table_draft_step_function_contract(order):
-  stream = np.random.default_rng(order).integers(1, VOCAB, 400)
-  table = measure.TableDraft.estimate(stream, VOCAB, order)
-  step_fn, cache = table.start(jnp.zeros((3, ENCODER_LEN), jnp.int32), capacity=10)
-  tokens = jnp.asarray(np.random.default_rng(0).integers(0, VOCAB, (3, 4)), jnp.int32)
-  chunk_logits, chunk_cache = step_fn(tokens, cache)
-  assert chunk_logits.shape == (3, 4, VOCAB) and chunk_logits.dtype == jnp.float32
-  singles = []
-  for i in range(4):
-    logits, cache = step_fn(tokens[:, i:i + 1], cache)
-    singles.append(logits)
-  np.testing.assert_array_equal(chunk_logits, jnp.concatenate(singles, axis=1))
-  np.testing.assert_array_equal(chunk_cache.index, cache.index)
-  np.testing.assert_array_equal(cache.index, [4, 4, 4])
-  np.testing.assert_allclose(chunk_logits, measure.teacher_forced_logits(table, None, tokens))
-
-
-def test_table_draft_plugs_into_the_engine(target, inputs):
-  """Greedy speculative decoding with a bigram draft equals the greedy baseline."""
-  stream = np.asarray(_generate(target, inputs, GREEDY)[0]).ravel()
-  table = measure.TableDraft.estimate(stream, VOCAB, order=2)
-  capacity = decoding.cache_length(MAX_DECODE_LEN, 3)
-
-  @jax.jit
-  def run(target, table, encoder_input_tokens):
-    target_step, target_cache = target.start(encoder_input_tokens, capacity)
-    draft_step, draft_cache = table.start(encoder_input_tokens, capacity)
-    return decoding.speculative_decode(target_step, target_cache, draft_step, draft_cache,
-                                       gamma=3, max_decode_len=MAX_DECODE_LEN,
-                                       rng=jax.random.key(0))
-
-  out = run(target, table, jnp.asarray(inputs[:4]))
-  baseline = models.generate(target, inputs[:4], jax.random.key(0), max_decode_len=MAX_DECODE_LEN)
-  np.testing.assert_array_equal(out.tokens, baseline.tokens)
-  assert np.asarray(out.accept_histogram)[1:].sum() > 0  # the table draft got tokens accepted
-
-
 def test_target_token_stream_is_cached(tmp_path):
   stream = measure.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path)
   assert stream.dtype == np.int32 and stream[-1] == measure.EOS_ID
@@ -189,7 +134,7 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   assert times.verify_s.shape == (3,) and np.all(np.isfinite(times.verify_s))
   assert np.all(times.verify_s > 0) and times.draft_s > 0 and np.isfinite(times.c)
   assert times.r[0] == 1.0 and len(times.row()['r']) == 3
-  table = measure.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
+  table = drafts.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
   seconds = measure.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
                               repeats=2)
   assert np.isfinite(seconds) and seconds > 0
