@@ -1,7 +1,7 @@
 r"""Speculative decoding in batches on the bundled demo pair: where it stops paying.
 
   python scripts/batch_walltime.py --draft draft_small --batch_sizes 1 2 4 8 16 \
-      --temperatures 0 1 --n 32 --out_dir runs/batch_walltime
+      --temperatures 0 1 --n 32 --out_dir out/batch_walltime
 
 The first --n Multi30k test sentences decoded in consecutive batches of each
 size by the target alone and by speculative decoding (rows advance
@@ -30,7 +30,7 @@ def main() -> None:
   parser.add_argument('--max_decode_len', type=int, default=64)
   parser.add_argument('--repeats', type=int, default=2, help='timed runs per batch (median)')
   parser.add_argument('--seed', type=int, default=0)
-  parser.add_argument('--out_dir', default='runs/batch_walltime')
+  parser.add_argument('--out_dir', default='out/batch_walltime')
   args = parser.parse_args()
 
   settings = experiments.BatchSettings(

@@ -3,7 +3,7 @@ r"""Output quality of a model on test splits: greedy decoding, BLEU or ROUGE.
   python scripts/evaluate.py --config demo_target \
       --checkpoint spec_decode/data/models/target \
       --splits demo_ende:test_multi30k demo_ende:test_ddtp demo_debsum:test \
-      --out runs/quality.json
+      --out out/quality.json
 
 Decodes every input of each split greedily in batches with the baseline
 (speculative decoding gives the same tokens), then scores sacreBLEU (demo_ende)

@@ -3,7 +3,7 @@ r"""Peer comparison: Hugging Face transformers (PyTorch CPU) on the same weights
   python scripts/hf_peer.py --target_config demo_target \
       --target_checkpoint spec_decode/data/models/target --draft_config demo_draft_large \
       --draft_checkpoint spec_decode/data/models/draft_large --gamma 3 --n 50 \
-      --out_dir runs/hf_peer
+      --out_dir out/hf_peer
 
 Exports both models to HF format (`checkpoints.write_hf`), then decodes the
 same inputs greedily at batch 1 four ways: HF `generate` (plain greedy), HF

@@ -1,7 +1,7 @@
 r"""Lenience on the bundled demo pair: the paper's Table 5 (Appendix A.5).
 
   python scripts/lenience.py --draft draft_small --lenience 1 0.5 0.3 0.1 --n 50 \
-      --out_dir runs/lenience
+      --out_dir out/lenience
 
 Every input decoded alone (batch 1) by the target and by speculative decoding
 at each lenience l, at temperature 1 (spec_decode.experiments): alpha from the
@@ -29,7 +29,7 @@ def main() -> None:
   parser.add_argument('--max_decode_len', type=int, default=64)
   parser.add_argument('--repeats', type=int, default=2, help='timed runs per input (median)')
   parser.add_argument('--seed', type=int, default=0)
-  parser.add_argument('--out_dir', default='runs/lenience')
+  parser.add_argument('--out_dir', default='out/lenience')
   args = parser.parse_args()
 
   settings = experiments.LenienceSettings(

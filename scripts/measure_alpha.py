@@ -2,7 +2,7 @@ r"""Measures alpha = E[beta] of drafts against a target (the paper's Table 3).
 
   python scripts/measure_alpha.py --target_config small --target_checkpoint /ckpt/target \
       --draft_config nano --draft_checkpoint /ckpt/draft --tables unigram bigram \
-      --task demo_ende --split test_multi30k --n 200 --temperatures 0 1 --out_dir runs/alpha
+      --task demo_ende --split test_multi30k --n 200 --temperatures 0 1 --out_dir out/alpha
 
 The target decodes the task's first N inputs (greedy at T = 0, sampled
 otherwise); one teacher-forced pass of each model over its outputs gives beta

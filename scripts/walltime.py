@@ -2,7 +2,7 @@ r"""Measures c, r(K) and the walltime speedup of a draft (the paper's Table 2).
 
   python scripts/walltime.py --target_config small --target_checkpoint /ckpt/target \
       --draft_config nano --draft_checkpoint /ckpt/draft --task demo_ende \
-      --split test_multi30k --n 100 --temperatures 0 1 --gammas 1 2 3 5 --out_dir runs/walltime
+      --split test_multi30k --n 100 --temperatures 0 1 --gammas 1 2 3 5 --out_dir out/walltime
 
 Per temperature: alpha from one teacher-forced pass over the target's outputs
 on the same inputs, gamma = theory.best_gamma(alpha, c, verify_cost=r), then

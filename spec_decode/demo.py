@@ -56,7 +56,7 @@ def main(argv=None) -> int:
   parser.add_argument('--draft', default='draft_large', choices=['draft_large', 'draft_small'])
   parser.add_argument('--n', type=int, default=24, help='Multi30k test sentences timed')
   parser.add_argument('--repeats', type=int, default=2, help='timed runs per input (median)')
-  parser.add_argument('--out_dir', default='runs/demo_walltime')
+  parser.add_argument('--out_dir', default='out/demo_walltime')
   args = parser.parse_args(argv)
 
   settings = experiments.WalltimeSettings(

@@ -282,7 +282,7 @@ def main(argv=None) -> int:
   return gin_utils.run(train, argv, prog='train.py', description='Trains a T5 1.1 model.',
                        example='--gin_file=runs/train.gin --gin_file=models/demo/target.gin '
                        '--gin.MODEL_CONFIG="@demo_target/t5.T5Config()" '
-                       '--gin.WORKDIR="\'runs/demo_target\'"')
+                       '--gin.WORKDIR="\'out/demo_target\'"')
 
 
 def export_main(argv=None) -> int:
@@ -291,7 +291,7 @@ def export_main(argv=None) -> int:
                        description='Exports a training run as a T5X checkpoint.',
                        example='--gin_file=runs/train.gin --gin_file=models/demo/target.gin '
                        '--gin.MODEL_CONFIG="@demo_target/t5.T5Config()" '
-                       '--gin.WORKDIR="\'runs/demo_target\'" '
+                       '--gin.WORKDIR="\'out/demo_target\'" '
                        '--gin.OUTPUT_DIR="\'spec_decode/data/models/target\'"')
 
 
