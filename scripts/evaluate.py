@@ -16,11 +16,9 @@ import pathlib
 
 import jax
 
-from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import experiments
 from spec_decode import measure
-from spec_decode import models
 from spec_decode import sampling as sampling_lib
 
 
@@ -36,8 +34,7 @@ def main() -> None:
   parser.add_argument('--out', required=True, help='JSON file of the scores')
   args = parser.parse_args()
 
-  config = measure.parse_config(args.config)
-  model = models.T5Model(config, jax.device_put(checkpoints.load_params(args.checkpoint, config)))
+  model = measure.load_model(args.config, args.checkpoint)
   scores = {}
   for spec in args.splits:
     task, _, split = spec.partition(':')

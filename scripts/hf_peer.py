@@ -32,11 +32,6 @@ from spec_decode import report
 from spec_decode import sampling as sampling_lib
 
 
-def _load(spec: str, checkpoint: str) -> models.T5Model:
-  config = measure.parse_config(spec)
-  return models.T5Model(config, jax.device_put(checkpoints.load_params(checkpoint, config)))
-
-
 def _hf_model(model: models.T5Model, directory: pathlib.Path):
   import transformers  # pylint: disable=g-import-not-at-top
   checkpoints.write_hf(str(directory), jax.device_get(model.params), model.config)
@@ -79,8 +74,8 @@ def main() -> None:
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
-  target = _load(args.target_config, args.target_checkpoint)
-  draft = _load(args.draft_config, args.draft_checkpoint)
+  target = measure.load_model(args.target_config, args.target_checkpoint)
+  draft = measure.load_model(args.draft_config, args.draft_checkpoint)
   examples = data.load_examples(args.task, args.split, args.n)
   padded = measure.encode_texts([e['inputs'] for e in examples], args.max_input_len)
   unpadded = [row[:np.count_nonzero(row)] for row in padded]

@@ -18,20 +18,13 @@ import sys
 import jax
 import tqdm
 
-from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import drafts as drafts_lib
 from spec_decode import measure
-from spec_decode import models
 from spec_decode import report
 from spec_decode import sampling as sampling_lib
 
 TABLE_ORDERS = {'unigram': 1, 'bigram': 2}
-
-
-def _load(config_spec: str, checkpoint: str, args: argparse.Namespace) -> models.T5Model:
-  config = measure.parse_config(config_spec, args.vocab_size, args.dtype)
-  return models.T5Model(config, jax.device_put(checkpoints.load_params(checkpoint, config)))
 
 
 def main() -> None:
@@ -66,8 +59,8 @@ def main() -> None:
   if not args.draft_config and not args.tables:
     parser.error('no draft: give --draft_config/--draft_checkpoint or --tables')
 
-  target = _load(args.target_config, args.target_checkpoint, args)
-  drafts = {pathlib.Path(spec).stem: _load(spec, path, args)
+  target = measure.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
+  drafts = {pathlib.Path(spec).stem: measure.load_model(spec, path, args.vocab_size, args.dtype)
             for spec, path in zip(args.draft_config, args.draft_checkpoint)}
   if args.tables:
     stream = measure.target_token_stream(args.task, 'train', cache_dir=args.cache_dir)

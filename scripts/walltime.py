@@ -16,19 +16,11 @@ import argparse
 import pathlib
 import sys
 
-import jax
 
-from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import experiments
 from spec_decode import measure
-from spec_decode import models
 from spec_decode import report
-
-
-def _load(config_spec: str, checkpoint: str, args: argparse.Namespace) -> models.T5Model:
-  config = measure.parse_config(config_spec, args.vocab_size, args.dtype)
-  return models.T5Model(config, jax.device_put(checkpoints.load_params(checkpoint, config)))
 
 
 def main() -> None:
@@ -57,8 +49,8 @@ def main() -> None:
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
-  target = _load(args.target_config, args.target_checkpoint, args)
-  draft = _load(args.draft_config, args.draft_checkpoint, args)
+  target = measure.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
+  draft = measure.load_model(args.draft_config, args.draft_checkpoint, args.vocab_size, args.dtype)
   draft_name = pathlib.Path(args.draft_config).stem
   settings = experiments.WalltimeSettings(
       task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),

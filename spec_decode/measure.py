@@ -38,6 +38,7 @@ import sentencepiece as spm
 import tqdm
 
 from spec_decode import cache as cache_lib
+from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import decoding
 from spec_decode import drafts
@@ -67,6 +68,13 @@ def parse_config(spec: str, vocab_size: int = 8192, dtype: str | None = None) ->
   else:
     config = t5_1_1(spec, vocab_size=vocab_size)
   return config if dtype is None else dataclasses.replace(config, dtype=dtype)
+
+
+def load_model(spec: str, checkpoint: str, vocab_size: int = 8192,
+               dtype: str | None = None) -> models.T5Model:
+  """A T5Model from a config spec (see `parse_config`) and a checkpoint path."""
+  config = parse_config(spec, vocab_size, dtype)
+  return models.T5Model(config, jax.device_put(checkpoints.load_params(checkpoint, config)))
 
 
 @functools.cache
