@@ -19,8 +19,9 @@ def main() -> None:
   for spec in args.runs:
     name, _, workdir = spec.partition('=')
     records = [json.loads(line) for line in open(pathlib.Path(workdir) / 'log.jsonl')]
-    train = [(r['step'], r['train_loss']) for r in records if 'train_loss' in r]
-    evals = [(r['step'], r['eval_loss']) for r in records if 'eval_loss' in r]
+    # A resumed run logs its steps again after the restored one: keep the last.
+    train = sorted({r['step']: r['train_loss'] for r in records if 'train_loss' in r}.items())
+    evals = sorted({r['step']: r['eval_loss'] for r in records if 'eval_loss' in r}.items())
     line, = ax.plot(*zip(*train), alpha=0.5, lw=1, label=f'{name} train')
     ax.plot(*zip(*evals), 'o-', color=line.get_color(), label=f'{name} validation')
   ax.set(xlabel='step', ylabel='cross entropy per target token (nats)', ylim=(0, None),
