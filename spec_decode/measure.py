@@ -277,11 +277,16 @@ class StepTimes:
   """Seconds per model call inside a compiled loop (batch 1, compile excluded).
 
   Attributes:
-    draft_s: one draft step (K = 1).
+    draft_s: one draft step (K = 1) as it costs inside speculative decoding:
+      the time a draft step adds to a loop that alternates draft and target
+      steps. On a CPU this exceeds `draft_alone_s` by the DRAM traffic of
+      re-reading draft weights that each target call evicts from the cache.
+    draft_alone_s: one draft step (K = 1) in a loop of draft steps alone.
     verify_s: [k_max] one target call over K = 1 .. k_max positions.
   """
 
   draft_s: float
+  draft_alone_s: float
   verify_s: np.ndarray
 
   @property
@@ -300,6 +305,8 @@ class StepTimes:
 
   def row(self) -> dict:
     return dict(target_step_ms=1e3 * self.target_s, draft_step_ms=1e3 * self.draft_s, c=self.c,
+                draft_alone_ms=1e3 * self.draft_alone_s,
+                c_alone=self.draft_alone_s / self.target_s,
                 verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist())
 
 
@@ -334,6 +341,40 @@ def _step_loop(model: Draft, encoder_input_tokens: jax.Array, cache: cache_lib.C
   return jax.lax.fori_loop(0, num_steps, body, (tokens, cache))[0]
 
 
+@functools.partial(jax.jit, static_argnames=('num_steps',))
+def _pair_loop(target: models.T5Model, draft: Draft, encoder_input_tokens: jax.Array,
+               caches: tuple[cache_lib.Cache, cache_lib.Cache], *, num_steps: int) -> jax.Array:
+  """num_steps (draft step, target step) pairs at K = 1, each fed the other's argmax."""
+  (target_cache, draft_cache) = caches
+  target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
+  draft_step, _ = draft.start(encoder_input_tokens, draft_cache.capacity)
+  position = target_cache.index
+
+  def body(_, carry):
+    tokens, target_cache, draft_cache = carry
+    logits, draft_cache = draft_step(tokens, draft_cache)
+    logits, target_cache = target_step(jnp.argmax(logits, axis=-1).astype(jnp.int32),
+                                       target_cache)
+    return (jnp.argmax(logits, axis=-1).astype(jnp.int32),
+            cache_lib.rewind(target_cache, position), cache_lib.rewind(draft_cache, position))
+
+  tokens = jnp.full((target_cache.batch_size, 1), EOS_ID + 1, jnp.int32)
+  return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
+
+
+def interleaved_step_time(target: models.T5Model, draft: Draft, encoder_input_tokens: jax.Array,
+                          *, capacity: int, position: int, num_steps: int = 64,
+                          repeats: int = 5) -> float:
+  """Seconds per (draft step, target step) pair at K = 1, alternating in one loop."""
+  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+  caches = tuple(cache_lib.rewind(c, jnp.full_like(c.index, position)) for c in (
+      _fresh_cache(target, encoder_input_tokens, capacity),
+      _fresh_cache(draft, encoder_input_tokens, capacity)))
+  run = lambda: _pair_loop(target, draft, encoder_input_tokens, caches, num_steps=num_steps)
+  jax.block_until_ready(run())  # compile and warm up
+  return _timed(run, repeats)[0] / num_steps
+
+
 def step_time(model: Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capacity: int,
               position: int, num_steps: int = 64, repeats: int = 5) -> float:
   """Seconds per call of a model's step function over K positions.
@@ -363,6 +404,9 @@ def measure_step_times(target: models.T5Model, draft: Draft, encoder_input_token
                        repeats: int = 5, progress: bool = False) -> StepTimes:
   """c and r(K) for K = 1 .. k_max (k_max = gamma_max + 1), calls at mid-output.
 
+  c is the draft step's cost inside speculative decoding (alternating with
+  target calls, see StepTimes.draft_s) over a target step.
+
   Args:
     target: M_p.
     draft: M_q.
@@ -377,10 +421,14 @@ def measure_step_times(target: models.T5Model, draft: Draft, encoder_input_token
   timed = functools.partial(step_time, encoder_input_tokens=encoder_input_tokens,
                             capacity=capacity, position=max_decode_len // 2,
                             num_steps=num_steps, repeats=repeats)
-  draft_s = timed(draft)
+  draft_alone_s = timed(draft)
   verify_s = [timed(target, k=k) for k in tqdm.trange(1, k_max + 1, desc='r(K)',
                                                           disable=not progress)]
-  return StepTimes(draft_s=draft_s, verify_s=np.asarray(verify_s))
+  pair_s = interleaved_step_time(target, draft, encoder_input_tokens, capacity=capacity,
+                                 position=max_decode_len // 2, num_steps=num_steps,
+                                 repeats=repeats)
+  return StepTimes(draft_s=max(pair_s - verify_s[0], 0.0), draft_alone_s=draft_alone_s,
+                   verify_s=np.asarray(verify_s))
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,8 @@ ALPHA_ROWS = [
          stderr=0.02, std=0.2, sequences=10, positions=210, q10=0.2, q25=0.25, q50=0.3, q75=0.35,
          q90=0.4),
 ]
-TIMING = dict(target_step_ms=2.0, draft_step_ms=0.2, c=0.1, verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6],
+TIMING = dict(target_step_ms=2.0, draft_step_ms=0.2, c=0.1, draft_alone_ms=0.1, c_alone=0.05,
+              verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6],
               r=[1.0, 1.05, 1.1, 1.2, 1.3])
 
 
