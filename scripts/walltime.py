@@ -46,6 +46,8 @@ def main() -> None:
   parser.add_argument('--repeats', type=int, default=3, help='timed runs per input (median)')
   parser.add_argument('--num_steps', type=int, default=64, help='steps per timed loop (c, r)')
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--baseline', default='ours', choices=['ours', 't5x'],
+                      help='t5x: also time T5X\'s decoding.temperature_sample (needs t5x)')
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
@@ -56,7 +58,7 @@ def main() -> None:
       task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),
       gamma_max=args.gamma_max, gammas=tuple(args.gammas), max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, batch_size=args.batch_size, repeats=args.repeats,
-      num_steps=args.num_steps, seed=args.seed)
+      num_steps=args.num_steps, seed=args.seed, t5x_baseline=args.baseline == 't5x')
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, draft_name, settings, target_name=pathlib.Path(args.target_config).stem)
 

@@ -116,6 +116,7 @@ class WalltimeSettings:
     repeats: timed runs per input (median).
     num_steps: steps per timed loop for c and r(K).
     seed: PRNG seed (input i uses fold_in(key(seed), i)).
+    t5x_baseline: also time T5X's `decoding.temperature_sample` (needs t5x).
   """
 
   task: str = 'demo_ende'
@@ -130,6 +131,7 @@ class WalltimeSettings:
   repeats: int = 3
   num_steps: int = 64
   seed: int = 0
+  t5x_baseline: bool = False
 
 
 def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name: str,
@@ -166,11 +168,19 @@ def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name
     gammas = sorted(set(s.gammas) | {best})
     decoders = {'baseline': measure.baseline_decoder(
         target, max_decode_len=s.max_decode_len, sampling=sampling)}
+    if s.t5x_baseline:
+      decoders['t5x'] = measure.t5x_baseline_decoder(
+          target, max_decode_len=s.max_decode_len, sampling=sampling)
     decoders.update({f'gamma={g}': measure.speculative_decoder(
         target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling)
                      for g in gammas})
     decoded = measure.time_decoding(decoders, inputs, rng, repeats=s.repeats, progress=True)
     baseline = decoded['baseline']
+    if s.t5x_baseline:
+      t5x = decoded.pop('t5x')
+      print(f'  T5X temperature_sample: {t5x.total_s / baseline.total_s:.2f}x our baseline\'s '
+            f'time; outputs equal ours: {np.mean([a == b for a, b in zip(t5x.tokens, baseline.tokens)]):.2f}',
+            file=sys.stderr)
     quality = {name: _quality(s.task, references, out.tokens) for name, out in decoded.items()}
     for g in gammas:
       row = dict(task=s.task, draft=draft_name, temperature=temperature, chosen=g == best,

@@ -473,6 +473,50 @@ def baseline_decoder(target: models.T5Model, *, max_decode_len: int,
                                               sampling=sampling, eos_id=EOS_ID)
 
 
+def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
+                         sampling: sampling_lib.SamplingParams) -> DecodeFn:
+  """T5X's own `decoding.temperature_sample` on the same network, as a DecodeFn.
+
+  Needs `t5x` (not on PyPI; researchers with TPUs have it). Its
+  `tokens_to_logits` is our step function over our explicit cache, so the
+  comparison isolates the decoding loop. top-k is not supported (T5X's is
+  static); top-p is passed through.
+
+  Raises:
+    ImportError: t5x is not importable.
+    ValueError: sampling.top_k is set.
+  """
+  from t5x import decoding as t5x_decoding  # pylint: disable=g-import-not-at-top
+
+  if np.any(np.asarray(sampling.top_k) > 0):
+    raise ValueError('the T5X baseline takes no top_k here; use top_p or plain sampling')
+  top_p = float(np.asarray(sampling.top_p))
+
+  @jax.jit
+  def decode(inputs: jax.Array, keys: jax.Array) -> decoding.DecodeOutput:
+    step_fn, cache = target.start(inputs, decoding.cache_length(max_decode_len))
+
+    def tokens_to_logits(state):
+      logits, new_cache = step_fn(state.cur_token, state.cache)
+      return logits[:, 0], new_cache
+
+    decodes, _ = t5x_decoding.temperature_sample(
+        jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32), cache, tokens_to_logits,
+        eos_id=EOS_ID, decode_rng=jax.random.key_data(keys[0]), num_decodes=1,
+        temperature=sampling.temperature, topk=0, topp=top_p if top_p < 1 else 0.0)
+    tokens = decodes[:, 0]  # [B, max_decode_len], 0 after EOS
+    is_eos = tokens == EOS_ID
+    lengths = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1,
+                        jnp.sum(tokens != 0, axis=1)).astype(jnp.int32)
+    calls = jnp.max(lengths)  # T5X steps every row until the last one ends
+    return decoding.DecodeOutput(
+        tokens=tokens, lengths=lengths, generated=lengths, target_calls=lengths,
+        draft_calls=jnp.zeros_like(lengths), accept_histogram=jnp.sum(lengths)[None],
+        loop_target_calls=calls, loop_draft_calls=jnp.zeros((), jnp.int32))
+
+  return decode
+
+
 def speculative_decoder(target: models.T5Model, draft: Draft, *, gamma: int,
                         max_decode_len: int, sampling: sampling_lib.SamplingParams,
                         lenience: float = 1.0) -> DecodeFn:

@@ -1,6 +1,8 @@
 """Tests for spec_decode.measure with tiny random T5 models (fp32)."""
 
 import json
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -164,3 +166,44 @@ def test_time_decoding_and_summary(target, draft, inputs):
       theory.expected_tokens(0.6, 2) / (2 * 0.1 + 1.2))
   assert row['other_ms'] == pytest.approx(row['iteration_ms'] - row['draft_ms'] - row['verify_ms'])
   assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))
+
+
+def _fake_t5x(monkeypatch):
+  """A stand-in `t5x.decoding` with T5X's greedy `temperature_sample` contract.
+
+  t5x is not installable here; this checks our adapter's side of the contract
+  (DecodingState.cur_token [B, 1] and .cache in, (logits [B, V], cache) out,
+  decodes [B, num_decodes, L] 0-padded after EOS), not T5X itself.
+  """
+  def temperature_sample(inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
+                         temperature, topk, topp):
+    del decode_rng, num_decodes, temperature, topk, topp
+    batch, length = inputs.shape
+
+    def body(i, carry):
+      decodes, token, cache, ended = carry
+      logits, cache = tokens_to_logits(types.SimpleNamespace(cur_token=token, cache=cache))
+      token = jnp.where(ended, 0, jnp.argmax(logits, axis=-1)).astype(jnp.int32)
+      return (decodes.at[:, i].set(token), token[:, None], cache, ended | (token == eos_id))
+
+    init = (inputs, jnp.zeros((batch, 1), jnp.int32), cache, jnp.zeros((batch,), bool))
+    decodes = jax.lax.fori_loop(0, length, body, init)[0]
+    return decodes[:, None], jnp.zeros((batch, 1))
+
+  package = types.ModuleType('t5x')
+  package.decoding = types.SimpleNamespace(temperature_sample=temperature_sample)
+  monkeypatch.setitem(sys.modules, 't5x', package)
+  monkeypatch.setitem(sys.modules, 't5x.decoding', package.decoding)
+
+
+def test_t5x_baseline_adapter_decodes_as_our_baseline(target, inputs, monkeypatch):
+  _fake_t5x(monkeypatch)
+  greedy = sampling_lib.SamplingParams.create()
+  decoders = {
+      'ours': measure.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN, sampling=greedy),
+      't5x': measure.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN, sampling=greedy)}
+  decoded = measure.time_decoding(decoders, inputs[:2], jax.random.key(0), repeats=1)
+  assert decoded['t5x'].tokens == decoded['ours'].tokens
+  with pytest.raises(ValueError, match='top_k'):
+    measure.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
+                                 sampling=sampling_lib.SamplingParams.create(1.0, top_k=5))
