@@ -37,8 +37,7 @@ def main() -> None:
       n=args.n, batch_sizes=tuple(args.batch_sizes), temperatures=tuple(args.temperatures),
       gamma=args.gamma, max_decode_len=args.max_decode_len, repeats=args.repeats, seed=args.seed)
   target = demo.load('target')
-  draft = (demo.load(args.draft) if args.draft in demo.NAMES
-           else experiments.draft_provider(args.draft, demo.DEMO_VOCAB_SIZE, settings.task))
+  draft = demo.load_draft(args.draft, settings.task)
   rows = experiments.batch_walltime_experiment(target, draft, args.draft, settings)
   notes = f'Bundled demo pair, first {args.n} sentences.\n\n`python {" ".join(sys.argv)}`'
   paths = experiments.write_batch_report(args.out_dir, rows, notes)

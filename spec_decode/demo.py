@@ -51,6 +51,19 @@ def load(name: str, dtype: str = 'float32') -> models.T5Model:
   return models.T5Model(model_config, jax.device_put(params))
 
 
+def load_draft(name: str, task: str = 'demo_ende'):
+  """A bundled draft model by name, or a zero-cost draft provider by kind.
+
+  Args:
+    name: 'draft_large', 'draft_small', or one of experiments.DRAFT_KINDS
+      ('unigram', 'bigram', 'prompt_lookup', 'uniform').
+    task: the local task whose training targets estimate table drafts.
+  """
+  if name in NAMES:
+    return load(name)
+  return experiments.draft_provider(name, DEMO_VOCAB_SIZE, task)
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description='The short Table 2 on the bundled demo pair.')
   parser.add_argument('--draft', default='draft_small', choices=['draft_small', 'draft_large'],
@@ -63,7 +76,7 @@ def main(argv=None) -> int:
   settings = experiments.WalltimeSettings(
       task='demo_ende', split='test_multi30k', n=args.n, temperatures=(0.0, 1.0),
       gamma_max=7, gammas=(), max_decode_len=64, repeats=args.repeats, num_steps=32)
-  target, draft = load('target'), load(args.draft)
+  target, draft = load('target'), load_draft(args.draft)
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, args.draft, settings)
   notes = (f'Bundled demo pair, demo_ende/test_multi30k, first {args.n} sentences, batch 1, '

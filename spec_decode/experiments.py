@@ -330,8 +330,7 @@ BATCH_COLUMNS: tuple[report.Column, ...] = (
     ('tokens/call per row', lambda r: f'{r["tokens_per_call"]:.2f}'),
     ('row utilisation: baseline / speculative',
      lambda r: f'{r["baseline_utilisation"]:.2f} / {r["speculative_utilisation"]:.2f}'),
-    ('greedy identical', lambda r: ('yes' if r['identical'] else 'NO')
-     if r['temperature'] == 0 else 'n/a (sampled)'),
+    ('greedy identical', report.identical_cell),
 )
 
 

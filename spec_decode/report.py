@@ -66,7 +66,8 @@ def _quality(row: Row) -> str:
                    for m in row.get('metrics', '').split()) or '-'
 
 
-def _identical(row: Row) -> str:
+def identical_cell(row: Row) -> str:
+  """'yes' when greedy outputs equal the baseline's; sampled rows are not comparable."""
   if row['temperature'] > 0:
     return 'n/a (sampled)'
   return 'yes' if row['identical'] == 1 else f'NO ({100 * row["identical"]:.0f}% of outputs)'
@@ -96,7 +97,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
     ('tokens/call (eq. (1))',
      lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f})'),
-    ('greedy identical', _identical),
+    ('greedy identical', identical_cell),
     ('quality: baseline / speculative', _quality),
 )
 SWEEP_COLUMNS: tuple[Column, ...] = (
