@@ -45,14 +45,19 @@ class TrainConfig:
     batch_tokens: input + target positions per batch (padding included).
     input_buckets: increasing input lengths; the last is the maximum.
     target_buckets: increasing target lengths; the last is the maximum.
-    learning_rate: peak AdamW learning rate.
+    optimizer: 'adamw', or 'adafactor' as T5 (factored second moments,
+      updates relative to each parameter's scale, no momentum).
+    learning_rate: peak learning rate (Adafactor's is relative: T5 uses 1e-2).
     warmup_steps: linear warmup, then cosine decay to 10% of the peak.
-    weight_decay: decoupled AdamW weight decay.
+    weight_decay: decoupled AdamW weight decay (AdamW only).
     z_loss: coefficient of T5X's log(Z)^2 auxiliary loss.
     eval_every: steps between validation-loss evaluations.
     eval_batches: batches of the validation split per evaluation.
     checkpoint_every: steps between orbax checkpoints.
     seed: parameter init, dropout and data shuffling seed.
+    init_checkpoint: a T5X, orbax or Hugging Face checkpoint whose parameters
+      start a run whose workdir holds no checkpoint yet (fine-tuning, or a
+      change of optimizer); the optimizer state starts fresh, at step 0.
   """
 
   mixture: str = 'demo_mix'
@@ -60,6 +65,7 @@ class TrainConfig:
   batch_tokens: int = 4096
   input_buckets: tuple[int, ...] = (32, 64, 128, 256)
   target_buckets: tuple[int, ...] = (32, 64, 128)
+  optimizer: str = 'adamw'
   learning_rate: float = 1e-3
   warmup_steps: int = 500
   weight_decay: float = 0.01
@@ -68,6 +74,10 @@ class TrainConfig:
   eval_batches: int = 20
   checkpoint_every: int = 500
   seed: int = 0
+  init_checkpoint: str | None = None
+
+
+OPTIMIZERS = ('adamw', 'adafactor')
 
 
 @flax.struct.dataclass
@@ -86,12 +96,24 @@ class TrainState:
 
 
 def optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-  """AdamW with warmup + cosine decay and global-norm clipping at 1."""
+  """The run's optimizer under warmup + cosine decay to 10% of the peak.
+
+  AdamW clips the global gradient norm at 1; Adafactor clips each update's
+  RMS at 1, as T5 does.
+
+  Raises:
+    ConfigError: an unknown `cfg.optimizer`.
+  """
   schedule = optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
       decay_steps=max(cfg.num_steps, cfg.warmup_steps + 1), end_value=0.1 * cfg.learning_rate)
-  return optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
+  if cfg.optimizer == 'adamw':
+    return optax.chain(optax.clip_by_global_norm(1.0),
+                       optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
+  if cfg.optimizer == 'adafactor':
+    return optax.adafactor(schedule, decay_rate=0.8, multiply_by_parameter_scale=True,
+                           clipping_threshold=1.0)
+  raise ConfigError(f'unknown optimizer {cfg.optimizer!r}; choose one of {OPTIMIZERS}')
 
 
 def loss_fn(params: Any, model: Transformer, batch: Batch, z_loss: float, dropout_rng=None):
@@ -205,6 +227,11 @@ def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
   model, tx = Transformer(model_config), optimizer(cfg)
   manager = _checkpoint_manager(workdir)
   state = _restore_or_init(manager, model, tx, cfg.seed)
+  if manager.latest_step() is None and cfg.init_checkpoint:
+    params = checkpoints.load_params(cfg.init_checkpoint, model_config, dtype=jnp.float32)
+    state = TrainState(step=state.step, params=jax.tree.map(jnp.asarray, params),
+                       opt_state=tx.init(params))
+    print(f'parameters from {cfg.init_checkpoint}', flush=True)
   start = int(state.step)
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'{n_params / 1e6:.1f}M parameters; steps {start} -> {cfg.num_steps}', flush=True)

@@ -19,13 +19,14 @@ PROVENANCE_COUNTS = {
                   'test_newstest2014': 3003},
     'demo_debsum': {'train': 48113, 'validation': 1044, 'test': 1001,
                     'test_cnndm': 100 + 100},
+    'demo_multi30k': {'train': 29000, 'validation': 1014, 'test': 1000},
 }
 GERMAN = 'Die Straße über den Fluß führt zu schönen Häusern; Öl ist größer als Äpfel.'
 
 
 def test_tasks_registered():
   for name in ('wmt_t2t_ende_v003', 'cnn_dailymail_v002', 'demo_ende',
-               'demo_debsum'):
+               'demo_debsum', 'demo_multi30k'):
     assert name in seqio.TaskRegistry.names()
   assert 'demo_mix' in seqio.MixtureRegistry.names()
 
@@ -36,7 +37,7 @@ def test_reimport_is_idempotent():
   assert 'demo_mix' in seqio.MixtureRegistry.names()
 
 
-@pytest.mark.parametrize('task_name', ['demo_ende', 'demo_debsum'])
+@pytest.mark.parametrize('task_name', ['demo_ende', 'demo_debsum', 'demo_multi30k'])
 def test_split_sizes_match_provenance(task_name):
   counts = PROVENANCE_COUNTS[task_name]
   assert tasks.NUM_EXAMPLES[task_name] == counts
@@ -74,8 +75,10 @@ def test_summarization_dataset_counts_test_cnndm():
 def test_mixture_rates():
   mix = seqio.get_mixture_or_task('demo_mix')
   rates = {t.name: mix.get_rate(t) for t in mix.tasks}
-  assert rates == {'demo_ende': 60360, 'demo_debsum': 48113 * tasks.DEMO_SUMMARIZATION_RATE}
-  tasks.register_mixture('demo_mix_test', summarization_rate=0.25)
+  assert rates == {'demo_ende': 60360,
+                   'demo_multi30k': 29000 * tasks.DEMO_MULTI30K_RATE,
+                   'demo_debsum': 48113 * tasks.DEMO_SUMMARIZATION_RATE}
+  tasks.register_mixture('demo_mix_test', summarization_rate=0.25, multi30k_rate=0)
   try:
     mix = seqio.get_mixture_or_task('demo_mix_test')
     rates = {t.name: mix.get_rate(t) for t in mix.tasks}
@@ -155,3 +158,11 @@ def test_open_text_reads_gzip(tmp_path):
     assert f.read() == 'Grüße\n'
   with pytest.raises(FileNotFoundError):
     data.open_text(tmp_path / 'b.txt')
+
+
+def test_multi30k_task_is_the_multi30k_part_of_demo_ende():
+  n = PROVENANCE_COUNTS['demo_multi30k']['train']
+  assert (data.load_examples('demo_multi30k', 'train')
+          == data.load_examples('demo_ende', 'train', limit=n))
+  assert (data.load_examples('demo_multi30k', 'test')
+          == data.load_examples('demo_ende', 'test_multi30k'))

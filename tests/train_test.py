@@ -1,11 +1,17 @@
-"""Tests for spec_decode.train: bucketing, learning, resuming."""
+"""Tests for spec_decode.train: bucketing, learning, resuming, starting from a checkpoint."""
 
+import dataclasses
 import json
 
+import jax
 import numpy as np
+import pytest
 
+from spec_decode import checkpoints
 from spec_decode import tasks  # registers the demo tasks
 from spec_decode import train
+from spec_decode.gin_utils import ConfigError
+from spec_decode.t5.network import Transformer
 from spec_decode.t5.config import t5_1_1
 
 del tasks
@@ -57,3 +63,28 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
   assert int(state.step) == 14
   log = [json.loads(line) for line in open(tmp_path / 'log.jsonl')]
   assert [r['step'] for r in log if 'eval_loss' in r] == [6, 12, 14]
+
+
+def test_adafactor_run_starts_from_a_t5x_checkpoint(tmp_path):
+  model = t5_1_1('nano', vocab_size=8192)
+  start = jax.device_get(train.init_state(Transformer(model), train.optimizer(train.TrainConfig()),
+                                          seed=7).params)
+  checkpoints.write_t5x(str(tmp_path / 'init'), start)
+  cfg = train.TrainConfig(mixture='demo_ende', num_steps=0, batch_tokens=1024,
+                          input_buckets=(32, 64), target_buckets=(32, 64),
+                          optimizer='adafactor', learning_rate=1e-2, warmup_steps=1,
+                          eval_every=4, eval_batches=2, checkpoint_every=4,
+                          init_checkpoint=str(tmp_path / 'init'))
+  state = train.train(model, cfg, tmp_path / 'loaded')
+  for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(start)):
+    np.testing.assert_array_equal(got, want)
+  state = train.train(model, dataclasses.replace(cfg, num_steps=4), tmp_path / 'run')
+  assert int(state.step) == 4
+  log = [json.loads(line) for line in open(tmp_path / 'run' / 'log.jsonl')]
+  evals = [r['eval_loss'] for r in log if 'eval_loss' in r]
+  assert evals[0] < train.evaluate(start, Transformer(model), cfg)
+
+
+def test_unknown_optimizer_is_a_clear_error():
+  with pytest.raises(ConfigError, match="unknown optimizer 'sgd'"):
+    train.optimizer(train.TrainConfig(optimizer='sgd'))

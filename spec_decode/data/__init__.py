@@ -29,6 +29,12 @@ _TRANSLATION_FILES = {
     'test_ddtp': (('debian_descriptions_en_de', 'test'),),
     'test_newstest2014': (('wmt14_newstest2014_en_de', 'test'),),
 }
+# The Multi30k part alone, so a mixture can weight it apart from DDTP.
+_MULTI30K_FILES = {
+    'train': (('multi30k_en_de', 'train'),),
+    'validation': (('multi30k_en_de', 'val'),),
+    'test': (('multi30k_en_de', 'test'),),
+}
 # split -> (file, document key, summary key), concatenated in order.
 _SUMMARIZATION_FILES = {
     'train': (('debian_descriptions/train.jsonl', 'description', 'summary'),),
@@ -58,11 +64,21 @@ def _read_lines(path: pathlib.Path) -> list[str]:
     return [line.rstrip('\n') for line in f]
 
 
-@functools.lru_cache(maxsize=None)
 def translation_pairs(split: str) -> tuple[tuple[str, str], ...]:
-  """(English, German) segment pairs of a translation split."""
+  """(English, German) segment pairs of a demo_ende split."""
+  return _parallel_text(_TRANSLATION_FILES[split])
+
+
+def multi30k_pairs(split: str) -> tuple[tuple[str, str], ...]:
+  """(English, German) segment pairs of a demo_multi30k split."""
+  return _parallel_text(_MULTI30K_FILES[split])
+
+
+@functools.lru_cache(maxsize=None)
+def _parallel_text(files: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+  """Aligned (English, German) lines of (folder, stem) files, in order."""
   pairs = []
-  for folder, stem in _TRANSLATION_FILES[split]:
+  for folder, stem in files:
     en = _read_lines(DATA_DIR / folder / f'{stem}.en')
     de = _read_lines(DATA_DIR / folder / f'{stem}.de')
     if len(en) != len(de):
@@ -88,6 +104,7 @@ _TASKS: dict[str, tuple[str, Callable[[str], tuple], tuple[str, ...]]] = {
                   tuple(_TRANSLATION_FILES)),
     'demo_debsum': (SUMMARIZATION_PREFIX, summarization_pairs,
                     tuple(_SUMMARIZATION_FILES)),
+    'demo_multi30k': (TRANSLATION_PREFIX, multi30k_pairs, tuple(_MULTI30K_FILES)),
 }
 LOCAL_TASKS = tuple(_TASKS)
 
@@ -103,7 +120,7 @@ def load_examples(
   """The raw text examples of a local task split, in file order.
 
   Args:
-    task_name: 'demo_ende' or 'demo_debsum'.
+    task_name: 'demo_ende', 'demo_debsum' or 'demo_multi30k'.
     split: one of `splits(task_name)`.
     limit: keep only the first `limit` examples.
 
