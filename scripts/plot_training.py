@@ -1,4 +1,10 @@
-"""Plots training and eval loss of runs: python scripts/plot_training.py OUT.png NAME=WORKDIR ..."""
+"""Plots training and eval loss of runs: python scripts/plot_training.py OUT.png NAME=WORKDIR ...
+
+A run continued in a new workdir (e.g. with another optimizer, from an
+exported checkpoint of step S) is NAME=WORKDIR,WORKDIR2@S: the first stage
+is cut at step S and the second's steps are drawn from S on, with a dotted
+line at S.
+"""
 
 import argparse
 import json
@@ -10,20 +16,40 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 
+def read_stages(stages: str) -> tuple[dict[int, float], dict[int, float], list[int]]:
+  """Train and eval losses by step of 'WORKDIR,WORKDIR2@S,...', and the starts S."""
+  train, evals, starts = {}, {}, []
+  for stage in stages.split(','):
+    workdir, _, start = stage.partition('@')
+    start = int(start or 0)
+    if start:
+      starts.append(start)
+    # A later stage replaces what earlier ones logged past its start.
+    for log in (train, evals):
+      for step in [s for s in log if s > start]:
+        del log[step]
+    for line in open(pathlib.Path(workdir) / 'log.jsonl'):
+      # A resumed run logs its steps again after the restored one: keep the last.
+      record = json.loads(line)
+      for key, log in (('train_loss', train), ('eval_loss', evals)):
+        if key in record:
+          log[start + record['step']] = record[key]
+  return train, evals, starts
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('output', help='PNG file to write')
-  parser.add_argument('runs', nargs='+', help='NAME=WORKDIR, each holding log.jsonl')
+  parser.add_argument('runs', nargs='+', help='NAME=WORKDIR[,WORKDIR2@S...], each holding log.jsonl')
   args = parser.parse_args()
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for spec in args.runs:
-    name, _, workdir = spec.partition('=')
-    records = [json.loads(line) for line in open(pathlib.Path(workdir) / 'log.jsonl')]
-    # A resumed run logs its steps again after the restored one: keep the last.
-    train = sorted({r['step']: r['train_loss'] for r in records if 'train_loss' in r}.items())
-    evals = sorted({r['step']: r['eval_loss'] for r in records if 'eval_loss' in r}.items())
-    line, = ax.plot(*zip(*train), alpha=0.5, lw=1, label=f'{name} train')
-    ax.plot(*zip(*evals), 'o-', color=line.get_color(), label=f'{name} validation')
+    name, _, stages = spec.partition('=')
+    train, evals, starts = read_stages(stages)
+    line, = ax.plot(*zip(*sorted(train.items())), alpha=0.5, lw=1, label=f'{name} train')
+    ax.plot(*zip(*sorted(evals.items())), 'o-', color=line.get_color(), label=f'{name} validation')
+    for start in starts:
+      ax.axvline(start, color=line.get_color(), ls=':', lw=1)
   ax.set(xlabel='step', ylabel='cross entropy per target token (nats)', ylim=(0, None),
          title='Demo pair training (demo_mix, 2 CPU cores)')
   ax.grid(alpha=0.3)
