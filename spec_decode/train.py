@@ -6,8 +6,15 @@ so batches are grouped by length: each example goes to the smallest
 (input, target) bucket that holds it, a bucket of lengths (Li, Lt) holds
 `batch_tokens // (Li + Lt)` rows, and one compiled step serves each bucket
 shape. Checkpoints (params, optimizer state, step) are saved with orbax every
-`checkpoint_every` steps and training resumes from the latest one. A JSONL log
+`checkpoint_every` steps and training resumes from the latest one; a new run
+may start from the parameters of any checkpoint `load_params` reads
+(`init_checkpoint`). The optimizer is AdamW or T5's Adafactor. A JSONL log
 records train and eval loss for the loss curves.
+
+On the demo pair, Adafactor (relative step 1e-2) lowered the validation loss
+where AdamW (1e-3) had stalled: T5's embeddings start at standard deviation 1,
+and AdamW's absolute steps of ~1e-3 barely move them (their RMS was still 0.99
+after 2700 steps), while Adafactor scales each update by its parameter's RMS.
 """
 
 import dataclasses
