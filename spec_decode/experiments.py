@@ -40,7 +40,7 @@ from spec_decode import sampling as sampling_lib
 from spec_decode import tasks
 from spec_decode import theory
 
-METRICS = {'demo_ende': tasks.bleu, 'demo_debsum': tasks.rouge}
+METRICS = {'demo_ende': tasks.bleu, 'demo_multi30k': tasks.bleu, 'demo_debsum': tasks.rouge}
 DRAFT_KINDS = ('unigram', 'bigram', 'prompt_lookup', 'uniform')
 
 

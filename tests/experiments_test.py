@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from spec_decode import data
 from spec_decode import drafts
 from spec_decode import experiments
 from spec_decode import measure
@@ -102,3 +103,7 @@ def test_walltime_experiment_times_a_draft_provider(target):
   assert alpha_rows[0]['draft'] == 'prompt_lookup' and 0 <= alpha_rows[0]['alpha'] <= 1
   assert walltime_rows[0]['gamma'] == 1 and walltime_rows[0]['identical'] == 1.0
   assert timing['c'] > 0 and len(timing['r']) == 2
+
+
+def test_every_local_task_has_a_metric():
+  assert set(experiments.METRICS) == set(data.LOCAL_TASKS)
