@@ -104,7 +104,7 @@ class WalltimeSettings:
   """What to decode and how long to measure.
 
   Attributes:
-    task: a local task ('demo_ende' or 'demo_debsum').
+    task: a local task (one of data.LOCAL_TASKS).
     split: its test split.
     n: the first n inputs.
     temperatures: 0 is greedy.
@@ -229,7 +229,7 @@ class LenienceSettings:
   """What Table 5 decodes.
 
   Attributes:
-    task: a local task ('demo_ende' or 'demo_debsum').
+    task: a local task (one of data.LOCAL_TASKS).
     split: its test split.
     n: the first n inputs.
     lenience: the values of l; 1 is exact.
@@ -339,7 +339,7 @@ class BatchSettings:
   """What the batch walltime table decodes.
 
   Attributes:
-    task: a local task ('demo_ende' or 'demo_debsum').
+    task: a local task (one of data.LOCAL_TASKS).
     split: its test split.
     n: the first n inputs; every batch size must divide n.
     batch_sizes: rows per decoder call.

@@ -233,12 +233,13 @@ def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
   workdir.mkdir(parents=True, exist_ok=True)
   model, tx = Transformer(model_config), optimizer(cfg)
   manager = _checkpoint_manager(workdir)
-  state = _restore_or_init(manager, model, tx, cfg.seed)
   if manager.latest_step() is None and cfg.init_checkpoint:
-    params = checkpoints.load_params(cfg.init_checkpoint, model_config, dtype=jnp.float32)
-    state = TrainState(step=state.step, params=jax.tree.map(jnp.asarray, params),
-                       opt_state=tx.init(params))
+    params = jax.tree.map(jnp.asarray, checkpoints.load_params(
+        cfg.init_checkpoint, model_config, dtype=jnp.float32))
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
     print(f'parameters from {cfg.init_checkpoint}', flush=True)
+  else:
+    state = _restore_or_init(manager, model, tx, cfg.seed)
   start = int(state.step)
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'{n_params / 1e6:.1f}M parameters; steps {start} -> {cfg.num_steps}', flush=True)
