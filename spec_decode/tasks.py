@@ -13,6 +13,8 @@ Importing this module registers (again, if it was reloaded):
   demo_mix             demo_ende + demo_multi30k + demo_debsum by
                        training-example count, scaled by DEMO_MULTI30K_RATE
                        and DEMO_SUMMARIZATION_RATE.
+`distilled_task(data_dir)` registers one more on request: a folder of the
+target's own outputs written by scripts/distill.py (draft distillation).
 The demo tasks use the bundled 8k vocabulary. Nothing here reads data, a
 vocabulary or the network before a dataset is requested.
 """
@@ -26,6 +28,7 @@ import seqio
 import tensorflow as tf
 
 from spec_decode import data
+from spec_decode import distill
 
 T5_VOCAB_PATH = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 # demo_mix sees 30% of the summarization examples (a Debian description is ~4x
@@ -111,6 +114,41 @@ def _local_source(task_name: str) -> seqio.FunctionDataSource:
 def _add_task(name: str, **kwargs) -> None:
   seqio.TaskRegistry.remove(name)  # Re-registration on reload is not an error.
   seqio.TaskRegistry.add(name, **kwargs)
+
+
+def distilled_task(data_dir: str, name: str = 'demo_distilled') -> str:
+  """Registers a folder of distilled splits as a seqio task; returns its name.
+
+  For gin: `MIXTURE = @tasks.distilled_task()` trains on the target's outputs
+  (gin/runs/distill.gin).
+
+  Args:
+    data_dir: holds train.jsonl and validation.jsonl of
+      `spec_decode.distill.write_split`.
+    name: the task name.
+
+  Raises:
+    FileNotFoundError: a split file is missing.
+  """
+  splits = {split: distill.read_split(data_dir, split) for split in distill.SPLITS}
+
+  def dataset_fn(split, shuffle_files, seed=None):
+    records = splits[split]
+    if shuffle_files:
+      order = np.random.default_rng(seed).permutation(len(records))
+      records = [records[i] for i in order]
+    return tf.data.Dataset.from_tensor_slices({
+        'inputs': [r['inputs'] for r in records],
+        'targets': [r['targets'] for r in records],
+    })
+
+  _add_task(name,
+            source=seqio.FunctionDataSource(
+                dataset_fn, splits=distill.SPLITS,
+                num_input_examples={k: len(v) for k, v in splits.items()}),
+            preprocessors=_text_to_tokens(),
+            output_features=_features(seqio.SentencePieceVocabulary(str(data.VOCAB_PATH))))
+  return name
 
 
 def register_mixture(name: str = 'demo_mix',

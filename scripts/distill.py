@@ -1,0 +1,60 @@
+r"""Writes draft distillation data: the target's greedy outputs on training inputs.
+
+  python scripts/distill.py --config demo_target --checkpoint spec_decode/data/models/target \
+      --train demo_ende:train:8000 demo_multi30k:train:6000 demo_debsum:train:4000 \
+      --validation demo_ende:validation:300 demo_debsum:validation:200 --out_dir out/distill
+
+Each TASK:SPLIT:N takes a seeded random N examples of a local task split (all
+of it without :N) and decodes them greedily with the target in batches;
+outputs that reach max_decode_len without EOS are dropped (and counted). The
+records go to OUT_DIR/train.jsonl and OUT_DIR/validation.jsonl, which
+gin/runs/distill.gin trains a draft on (spec_decode.distill).
+"""
+
+import argparse
+import sys
+
+from spec_decode import distill
+from spec_decode import measure
+
+
+def parse_spec(spec: str) -> tuple[str, str, int | None]:
+  """'TASK:SPLIT[:N]' -> (task, split, n or None)."""
+  parts = spec.split(':')
+  if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].isdigit()):
+    raise SystemExit(f'error: {spec!r} is not TASK:SPLIT or TASK:SPLIT:N')
+  return parts[0], parts[1], int(parts[2]) if len(parts) == 3 else None
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--config', required=True, help='the target: a t5_1_1 size name or a JSON file')
+  parser.add_argument('--checkpoint', required=True, help='T5X, orbax or HF checkpoint')
+  parser.add_argument('--train', nargs='+', required=True, help='TASK:SPLIT[:N] for train.jsonl')
+  parser.add_argument('--validation', nargs='+', required=True,
+                      help='TASK:SPLIT[:N] for validation.jsonl')
+  parser.add_argument('--max_input_len', type=int, default=256)
+  parser.add_argument('--max_decode_len', type=int, default=128)
+  parser.add_argument('--batch_size', type=int, default=64)
+  parser.add_argument('--seed', type=int, default=0, help='of the random subsets')
+  parser.add_argument('--out_dir', required=True)
+  args = parser.parse_args()
+
+  target = measure.load_model(args.config, args.checkpoint)
+  for split, specs in (('train', args.train), ('validation', args.validation)):
+    records = []
+    for spec in specs:
+      task, source_split, n = parse_spec(spec)
+      examples = distill.select_examples(task, source_split, n, seed=args.seed)
+      kept, dropped = distill.distill_examples(
+          target, examples, max_input_len=args.max_input_len,
+          max_decode_len=args.max_decode_len, batch_size=args.batch_size)
+      print(f'{spec}: {len(kept)} outputs kept, {dropped} without EOS dropped', file=sys.stderr,
+            flush=True)
+      records += kept
+    distill.write_split(f'{args.out_dir}/{split}.jsonl', records)
+    print(f'{args.out_dir}/{split}.jsonl: {len(records)} records', file=sys.stderr)
+
+
+if __name__ == '__main__':
+  main()

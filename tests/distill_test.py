@@ -1,0 +1,89 @@
+"""Tests for spec_decode.distill, tasks.distilled_task and gin/runs/distill.gin."""
+
+import json
+
+import gin
+import numpy as np
+import pytest
+import seqio
+
+from spec_decode import data
+from spec_decode import distill
+from spec_decode import measure
+from spec_decode import tasks
+from spec_decode import train
+
+RECORDS = [
+    {'inputs': 'translate English to German: A dog runs.', 'targets': 'Ein Hund rennt.',
+     'source': 'demo_ende:train'},
+    {'inputs': 'summarize: A tool to read files.', 'targets': 'file reader',
+     'source': 'demo_debsum:train'},
+]
+
+
+def test_select_examples_is_a_seeded_subset_in_file_order():
+  everything = data.load_examples('demo_multi30k', 'validation')
+  subset = distill.select_examples('demo_multi30k', 'validation', 50, seed=3)
+  assert subset == distill.select_examples('demo_multi30k', 'validation', 50, seed=3)
+  assert subset != distill.select_examples('demo_multi30k', 'validation', 50, seed=4)
+  positions = [everything.index({'inputs': e['inputs'], 'targets': e['targets']}) for e in subset]
+  assert len(subset) == 50 and positions == sorted(positions)
+  assert {e['source'] for e in subset} == {'demo_multi30k:validation'}
+  assert len(distill.select_examples('demo_multi30k', 'validation', None)) == len(everything)
+
+
+def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
+  hello = measure.tokenizer().encode('Hallo Welt')
+  outputs = np.zeros((3, 8), np.int32)
+  outputs[0, :len(hello) + 1] = hello + [measure.EOS_ID]
+  outputs[1, :] = 7  # ran out of length without EOS
+  outputs[2, 0] = measure.EOS_ID  # an empty output is still a finished one
+  lengths = np.array([len(hello) + 1, 8, 1])
+  monkeypatch.setattr(measure, 'generate_sequences', lambda *a, **k: (outputs, lengths))
+  examples = [dict(inputs=f'x{i}', targets='reference', source='s') for i in range(3)]
+  kept, dropped = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
+                                           progress=False)
+  assert dropped == 1
+  assert kept == [dict(inputs='x0', targets='Hallo Welt', source='s'),
+                  dict(inputs='x2', targets='', source='s')]
+
+
+def test_splits_round_trip_and_bad_files_are_named(tmp_path):
+  distill.write_split(tmp_path / 'd' / 'train.jsonl', RECORDS)
+  assert distill.read_split(tmp_path / 'd', 'train') == RECORDS
+  with pytest.raises(FileNotFoundError, match='validation.jsonl'):
+    distill.read_split(tmp_path / 'd', 'validation')
+  (tmp_path / 'd' / 'validation.jsonl').write_text(json.dumps({'inputs': 'x'}) + '\n')
+  with pytest.raises(ValueError, match='line 1: needs string "inputs" and "targets"'):
+    distill.read_split(tmp_path / 'd', 'validation')
+
+
+def test_distilled_task_tokenizes_the_records(tmp_path):
+  for split in distill.SPLITS:
+    distill.write_split(tmp_path / f'{split}.jsonl', RECORDS)
+  name = tasks.distilled_task(str(tmp_path), name='test_distilled')
+  task = seqio.get_mixture_or_task(name)
+  assert task.num_input_examples('train') == 2
+  ds = task.get_dataset({'inputs': 64, 'targets': 64}, split='validation', shuffle=False)
+  vocab = task.output_features['targets'].vocabulary
+  for example, record in zip(ds.as_numpy_iterator(), RECORDS):
+    for key in ('inputs', 'targets'):
+      assert example[key].tolist() == vocab.encode(record[key]) + [1]
+
+
+def test_distill_gin_trains_a_draft_on_the_records(tmp_path):
+  for split in distill.SPLITS:
+    distill.write_split(tmp_path / 'distill' / f'{split}.jsonl', RECORDS * 8)
+  gin.clear_config()
+  try:
+    status = train.main([
+        '--gin_file=runs/distill.gin', '--gin_file=models/demo/draft_small.gin',
+        '--gin.MODEL_CONFIG=@demo_draft_small/t5.T5Config()',
+        f"--gin.WORKDIR='{tmp_path / 'run'}'", f"--gin.DISTILL_DIR='{tmp_path / 'distill'}'",
+        '--gin.NUM_STEPS=2', '--gin.BATCH_TOKENS=512', '--gin.train.TrainConfig.eval_batches=1'])
+    assert status == 0
+    assert gin.query_parameter('OPTIMIZER/macro.value') == 'adafactor'
+  finally:
+    gin.clear_config()
+  log = [json.loads(line) for line in open(tmp_path / 'run' / 'log.jsonl')]
+  assert [r['step'] for r in log if 'eval_loss' in r] == [2]
