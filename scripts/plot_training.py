@@ -41,6 +41,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('output', help='PNG file to write')
   parser.add_argument('runs', nargs='+', help='NAME=WORKDIR[,WORKDIR2@S...], each holding log.jsonl')
+  parser.add_argument('--title', default='Demo pair training (demo_mix, 2 CPU cores)')
   args = parser.parse_args()
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for spec in args.runs:
@@ -51,7 +52,7 @@ def main() -> None:
     for start in starts:
       ax.axvline(start, color=line.get_color(), ls=':', lw=1)
   ax.set(xlabel='step', ylabel='cross entropy per target token (nats)', ylim=(0, None),
-         title='Demo pair training (demo_mix, 2 CPU cores)')
+         title=args.title)
   ax.grid(alpha=0.3)
   ax.legend()
   fig.tight_layout()

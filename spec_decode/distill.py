@@ -65,11 +65,15 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
     max_decode_len, 'targets' replaced by the output text, and how many
     examples were dropped for running out of length.
   """
-  inputs = measure.encode_texts([e['inputs'] for e in examples], max_input_len)
-  tokens, lengths = measure.generate_sequences(
+  # Batches of similar input length finish decoding at similar steps.
+  order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
+  inputs = measure.encode_texts([examples[i]['inputs'] for i in order], max_input_len)
+  sorted_tokens, sorted_lengths = measure.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(),
       max_decode_len=max_decode_len, rng=jax.random.key(0), batch_size=batch_size,
       progress=progress)
+  tokens, lengths = np.empty_like(sorted_tokens), np.empty_like(sorted_lengths)
+  tokens[order], lengths[order] = sorted_tokens, sorted_lengths
   records = []
   for example, row, length in zip(examples, tokens, lengths):
     if length and row[length - 1] == measure.EOS_ID:

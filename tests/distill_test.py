@@ -39,13 +39,21 @@ def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
   outputs[1, :] = 7  # ran out of length without EOS
   outputs[2, 0] = measure.EOS_ID  # an empty output is still a finished one
   lengths = np.array([len(hello) + 1, 8, 1])
-  monkeypatch.setattr(measure, 'generate_sequences', lambda *a, **k: (outputs, lengths))
-  examples = [dict(inputs=f'x{i}', targets='reference', source='s') for i in range(3)]
+  # Decoded shortest input first, returned in the examples' order.
+  monkeypatch.setattr(measure, 'encode_texts', lambda texts, _: texts)
+  decoded = []
+
+  def generate_sequences(target, texts, **kwargs):
+    decoded.append(texts)
+    return outputs[[2, 0, 1]], lengths[[2, 0, 1]]
+
+  monkeypatch.setattr(measure, 'generate_sequences', generate_sequences)
+  examples = [dict(inputs='x' * n, targets='reference', source='s') for n in (2, 3, 1)]
   kept, dropped = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
                                            progress=False)
-  assert dropped == 1
-  assert kept == [dict(inputs='x0', targets='Hallo Welt', source='s'),
-                  dict(inputs='x2', targets='', source='s')]
+  assert decoded == [['x', 'xx', 'xxx']] and dropped == 1
+  assert kept == [dict(inputs='xx', targets='Hallo Welt', source='s'),
+                  dict(inputs='x', targets='', source='s')]
 
 
 def test_splits_round_trip_and_bad_files_are_named(tmp_path):
