@@ -43,7 +43,7 @@ def main() -> None:
   parser.add_argument('runs', nargs='+', help='NAME=WORKDIR[,WORKDIR2@S...], each holding log.jsonl')
   parser.add_argument('--title', default='Demo pair training (demo_mix, 2 CPU cores)')
   args = parser.parse_args()
-  fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig, ax = plt.subplots(figsize=(8, 5))
   for spec in args.runs:
     name, _, stages = spec.partition('=')
     train, evals, starts = read_stages(stages)
@@ -54,7 +54,7 @@ def main() -> None:
   ax.set(xlabel='step', ylabel='cross entropy per target token (nats)', ylim=(0, None),
          title=args.title)
   ax.grid(alpha=0.3)
-  ax.legend()
+  ax.legend(fontsize='small', ncol=2)
   fig.tight_layout()
   fig.savefig(args.output, dpi=120)
   print(f'wrote {args.output}')
