@@ -20,6 +20,7 @@ vocabulary or the network before a dataset is requested.
 """
 
 import functools
+from typing import Callable, Sequence
 
 import numpy as np
 from rouge_score import rouge_scorer
@@ -91,14 +92,15 @@ def _prefix(x, source_key, target_key, prefix):
           'targets': x[target_key]}
 
 
-def _local_source(task_name: str) -> seqio.FunctionDataSource:
-  """A source over `data.load_examples`, so both read the same text."""
+def _in_memory_source(read_split: Callable[[str], list[dict[str, str]]], splits: Sequence[str],
+                      num_input_examples: dict[str, int]) -> seqio.FunctionDataSource:
+  """A source over text examples held in memory, read_split(split) -> [{inputs, targets}]."""
 
   def dataset_fn(split, shuffle_files, seed=None):
-    examples = data.load_examples(task_name, split)
+    examples = read_split(split)
     if shuffle_files:
       # One in-memory shard: a full permutation here, since seqio's shuffle
-      # buffer alone would keep the concatenated corpora apart.
+      # buffer alone would keep concatenated corpora apart.
       order = np.random.default_rng(seed).permutation(len(examples))
       examples = [examples[i] for i in order]
     return tf.data.Dataset.from_tensor_slices({
@@ -106,9 +108,14 @@ def _local_source(task_name: str) -> seqio.FunctionDataSource:
         'targets': [e['targets'] for e in examples],
     })
 
-  return seqio.FunctionDataSource(
-      dataset_fn, splits=data.splits(task_name),
-      num_input_examples=NUM_EXAMPLES[task_name])
+  return seqio.FunctionDataSource(dataset_fn, splits=splits,
+                                  num_input_examples=num_input_examples)
+
+
+def _local_source(task_name: str) -> seqio.FunctionDataSource:
+  """A source over `data.load_examples`, so both read the same text."""
+  return _in_memory_source(functools.partial(data.load_examples, task_name),
+                           data.splits(task_name), NUM_EXAMPLES[task_name])
 
 
 def _add_task(name: str, **kwargs) -> None:
@@ -131,21 +138,9 @@ def distilled_task(data_dir: str, name: str = 'demo_distilled') -> str:
     FileNotFoundError: a split file is missing.
   """
   splits = {split: distill.read_split(data_dir, split) for split in distill.SPLITS}
-
-  def dataset_fn(split, shuffle_files, seed=None):
-    records = splits[split]
-    if shuffle_files:
-      order = np.random.default_rng(seed).permutation(len(records))
-      records = [records[i] for i in order]
-    return tf.data.Dataset.from_tensor_slices({
-        'inputs': [r['inputs'] for r in records],
-        'targets': [r['targets'] for r in records],
-    })
-
   _add_task(name,
-            source=seqio.FunctionDataSource(
-                dataset_fn, splits=distill.SPLITS,
-                num_input_examples={k: len(v) for k, v in splits.items()}),
+            source=_in_memory_source(splits.__getitem__, distill.SPLITS,
+                                     {k: len(v) for k, v in splits.items()}),
             preprocessors=_text_to_tokens(),
             output_features=_features(seqio.SentencePieceVocabulary(str(data.VOCAB_PATH))))
   return name
