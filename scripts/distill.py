@@ -1,12 +1,14 @@
-r"""Writes draft distillation data: the target's greedy outputs on training inputs.
+r"""Writes draft distillation data: the target's outputs on training inputs.
 
   python scripts/distill.py --config demo_target --checkpoint spec_decode/data/models/target \
-      --train demo_ende:train:8000 demo_multi30k:train:6000 demo_debsum:train:4000 \
-      --validation demo_ende:validation:300 demo_debsum:validation:200 --out_dir out/distill
+      --train demo_ende:train:9000 demo_multi30k:train:6000 demo_debsum:train:5000 \
+      --validation demo_ende:validation:200 demo_debsum:validation:100 --max_decode_len 96 \
+      --out_dir out/distill
 
 Each TASK:SPLIT:N takes a seeded random N examples of a local task split (all
-of it without :N) and decodes them greedily with the target in batches;
-outputs that reach max_decode_len without EOS are dropped (and counted). The
+of it without :N) and decodes them with the target in batches, greedily or
+sampled (--temperature); outputs that reach max_decode_len without EOS are
+dropped (and counted). The
 records go to OUT_DIR/train.jsonl and OUT_DIR/validation.jsonl, which
 gin/runs/distill.gin trains a draft on (spec_decode.distill).
 """
@@ -35,8 +37,10 @@ def main() -> None:
                       help='TASK:SPLIT[:N] for validation.jsonl')
   parser.add_argument('--max_input_len', type=int, default=256)
   parser.add_argument('--max_decode_len', type=int, default=128)
+  parser.add_argument('--temperature', type=float, default=0.0,
+                      help='0: greedy outputs (alpha at T = 0); 1: samples of the target (T = 1)')
   parser.add_argument('--batch_size', type=int, default=64)
-  parser.add_argument('--seed', type=int, default=0, help='of the random subsets')
+  parser.add_argument('--seed', type=int, default=0, help='of the random subsets and the samples')
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
@@ -48,7 +52,8 @@ def main() -> None:
       examples = distill.select_examples(task, source_split, n, seed=args.seed)
       kept, dropped = distill.distill_examples(
           target, examples, max_input_len=args.max_input_len,
-          max_decode_len=args.max_decode_len, batch_size=args.batch_size)
+          max_decode_len=args.max_decode_len, temperature=args.temperature, seed=args.seed,
+          batch_size=args.batch_size)
       print(f'{spec}: {len(kept)} outputs kept, {dropped} without EOS dropped', file=sys.stderr,
             flush=True)
       records += kept

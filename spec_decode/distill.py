@@ -1,4 +1,4 @@
-"""Distillation data for drafts: the target's own greedy outputs as references.
+"""Distillation data for drafts: the target's own outputs as references.
 
 A draft is only useful where it predicts what the target will say, so the
 drafts of the bundled pair are fine-tuned on the target's greedy outputs
@@ -6,7 +6,8 @@ drafts of the bundled pair are fine-tuned on the target's greedy outputs
 human references: alpha at temperature 0 is the rate at which the draft's
 argmax agrees with the target's.
 
-`distill_examples` decodes text inputs with the target and keeps the outputs
+`distill_examples` decodes text inputs with the target (greedy, or sampled at a
+temperature) and keeps the outputs
 that end with EOS (an output cut at max_decode_len would teach the draft to
 stop where the target does not). `write_split` / `read_split` store them as
 JSON lines {"inputs", "targets", "source"}; `spec_decode.tasks.distilled_task`
@@ -48,15 +49,19 @@ def select_examples(task: str, split: str, n: int | None, seed: int = 0) -> list
 
 
 def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]], *,
-                     max_input_len: int, max_decode_len: int, batch_size: int = 64,
+                     max_input_len: int, max_decode_len: int, temperature: float = 0.0,
+                     seed: int = 0, batch_size: int = 64,
                      progress: bool = True) -> tuple[list[dict[str, str]], int]:
-  """Replaces each example's targets by the target model's greedy output.
+  """Replaces each example's targets by the target model's output.
 
   Args:
     target: the model to distill.
     examples: dicts with 'inputs' (task prefix included); other keys are kept.
     max_input_len: longer inputs are cut to this many tokens, EOS kept.
     max_decode_len: most output tokens, EOS included.
+    temperature: 0 for greedy outputs (what alpha at T = 0 rewards); 1 for
+      samples of p (a draft that matches the whole distribution, T = 1).
+    seed: of the samples (temperature > 0).
     batch_size: decoding batch size.
     progress: show a progress bar.
 
@@ -69,8 +74,8 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
   inputs = measure.encode_texts([examples[i]['inputs'] for i in order], max_input_len)
   sorted_tokens, sorted_lengths = measure.generate_sequences(
-      target, inputs, sampling=sampling_lib.SamplingParams.create(),
-      max_decode_len=max_decode_len, rng=jax.random.key(0), batch_size=batch_size,
+      target, inputs, sampling=sampling_lib.SamplingParams.create(temperature),
+      max_decode_len=max_decode_len, rng=jax.random.key(seed), batch_size=batch_size,
       progress=progress)
   tokens, lengths = np.empty_like(sorted_tokens), np.empty_like(sorted_lengths)
   tokens[order], lengths[order] = sorted_tokens, sorted_lengths

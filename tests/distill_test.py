@@ -3,6 +3,7 @@
 import json
 
 import gin
+import jax
 import numpy as np
 import pytest
 import seqio
@@ -54,6 +55,22 @@ def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
   assert decoded == [['x', 'xx', 'xxx']] and dropped == 1
   assert kept == [dict(inputs='xx', targets='Hallo Welt', source='s'),
                   dict(inputs='x', targets='', source='s')]
+
+
+def test_distill_samples_at_the_given_temperature_and_seed(monkeypatch):
+  calls = []
+
+  def generate_sequences(target, texts, *, sampling, rng, **kwargs):
+    calls.append((float(sampling.temperature), jax.random.key_data(rng).tolist()))
+    return np.array([[measure.EOS_ID]]), np.array([1])
+
+  monkeypatch.setattr(measure, 'generate_sequences', generate_sequences)
+  example = [dict(inputs='x', targets='reference')]
+  for temperature, seed in ((0.0, 0), (1.0, 5)):
+    distill.distill_examples(None, example, max_input_len=16, max_decode_len=8,
+                             temperature=temperature, seed=seed, progress=False)
+  assert calls == [(0.0, jax.random.key_data(jax.random.key(0)).tolist()),
+                   (1.0, jax.random.key_data(jax.random.key(5)).tolist())]
 
 
 def test_splits_round_trip_and_bad_files_are_named(tmp_path):
