@@ -1,13 +1,13 @@
 """Distillation data for drafts: the target's own outputs as references.
 
 A draft is only useful where it predicts what the target will say, so the
-drafts of the bundled pair are fine-tuned on the target's greedy outputs
+drafts of the bundled trio are fine-tuned on the target's greedy outputs
 (sequence-level knowledge distillation, Kim & Rush 2016) rather than on the
 human references: alpha at temperature 0 is the rate at which the draft's
-argmax agrees with the target's.
+argmax agrees with the target's. Sampled outputs (temperature 1) teach the
+target's whole distribution instead, which alpha at temperature 1 rewards.
 
-`distill_examples` decodes text inputs with the target (greedy, or sampled at a
-temperature) and keeps the outputs
+`distill_examples` decodes text inputs with the target and keeps the outputs
 that end with EOS (an output cut at max_decode_len would teach the draft to
 stop where the target does not). `write_split` / `read_split` store them as
 JSON lines {"inputs", "targets", "source"}; `spec_decode.tasks.distilled_task`
