@@ -154,7 +154,7 @@ def loss_fn(params: Any, model: Transformer, batch: Batch, z_loss: float, dropou
 @functools.partial(jax.jit, static_argnames=('model', 'tx', 'z_loss'), donate_argnums=0)
 def train_step(state: TrainState, batch: Batch, rng: jax.Array, *, model: Transformer,
                tx: optax.GradientTransformation, z_loss: float):
-  """One AdamW step; returns the new state and the batch's mean cross entropy."""
+  """One optimizer step; returns the new state and the batch's mean cross entropy."""
   grad_fn = jax.grad(loss_fn, has_aux=True)
   grads, (cross_entropy, tokens) = grad_fn(state.params, model, batch, z_loss,
                                            jax.random.fold_in(rng, state.step))
