@@ -13,8 +13,8 @@ slower than float32 on CPUs without native bf16).
 
   python -m spec_decode.demo            # the short Table 2 on this machine
 
-measures c and r(K), alpha at temperature 0 and 1, chooses gamma by eq. (5)
-with the measured r, times the baseline and speculative decoding at batch 1 on
+measures c, c_first and r(K), alpha at temperature 0 and 1, chooses gamma by
+eq. (5) with the measured r and c_first, times the baseline and speculative decoding at batch 1 on
 the first Multi30k test sentences and prints the walltime table; the full
 report (Markdown, CSV, plots) goes to --out_dir.
 """

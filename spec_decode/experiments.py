@@ -148,7 +148,8 @@ def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name
   times = measure.measure_step_times(
       target, draft, inputs[:1], k_max=max((s.gamma_max, *s.gammas)) + 1,
       max_decode_len=s.max_decode_len, num_steps=s.num_steps, progress=True)
-  print(f'c = {times.c:.4f}, r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
+  print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '
+        f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
   alpha_rows, walltime_rows = [], []
   for temperature in s.temperatures:
@@ -160,7 +161,8 @@ def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name
                                   batch_size=s.batch_size)
     alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name,
                            temperature=temperature, **stats.row()))
-    best, predicted = theory.best_gamma(stats.alpha, times.c, s.gamma_max, times.r)
+    best, predicted = theory.best_gamma(stats.alpha, times.c, s.gamma_max, times.r,
+                                        times.c_first)
     best = int(best)
     print(f'T={temperature:g}: alpha {stats.alpha:.4f}, best gamma {best} (predicted '
           f'{float(predicted):.2f}X)', file=sys.stderr)

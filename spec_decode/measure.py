@@ -277,16 +277,18 @@ class StepTimes:
   """Seconds per model call inside a compiled loop (batch 1, compile excluded).
 
   Attributes:
-    draft_s: one draft step (K = 1) as it costs inside speculative decoding:
-      the time a draft step adds to a loop that alternates draft and target
-      steps. On a CPU this exceeds `draft_alone_s` by the DRAM traffic of
-      re-reading draft weights that each target call evicts from the cache.
-    draft_alone_s: one draft step (K = 1) in a loop of draft steps alone.
+    draft_s: one draft step (K = 1) in a run of draft steps (a loop of draft
+      steps alone): the cost of draft steps 2 .. gamma of an iteration.
+    draft_first_s: the first draft step after a target call: what a draft
+      step adds to a loop of target steps (timed paired, see
+      `draft_step_in_loop_time`). On a CPU it exceeds `draft_s` by the DRAM
+      traffic of re-reading the draft weights that the target call evicted
+      from the cache.
     verify_s: [k_max] one target call over K = 1 .. k_max positions.
   """
 
   draft_s: float
-  draft_alone_s: float
+  draft_first_s: float
   verify_s: np.ndarray
 
   @property
@@ -296,7 +298,13 @@ class StepTimes:
 
   @property
   def c(self) -> float:
+    """The paper's c: a draft step over a target step."""
     return self.draft_s / self.target_s
+
+  @property
+  def c_first(self) -> float:
+    """The first draft step of an iteration over a target step."""
+    return self.draft_first_s / self.target_s
 
   @property
   def r(self) -> np.ndarray:
@@ -305,8 +313,7 @@ class StepTimes:
 
   def row(self) -> dict:
     return dict(target_step_ms=1e3 * self.target_s, draft_step_ms=1e3 * self.draft_s, c=self.c,
-                draft_alone_ms=1e3 * self.draft_alone_s,
-                c_alone=self.draft_alone_s / self.target_s,
+                draft_first_ms=1e3 * self.draft_first_s, c_first=self.c_first,
                 verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist())
 
 
@@ -362,17 +369,27 @@ def _pair_loop(target: models.T5Model, draft: Draft, encoder_input_tokens: jax.A
   return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
 
 
-def interleaved_step_time(target: models.T5Model, draft: Draft, encoder_input_tokens: jax.Array,
-                          *, capacity: int, position: int, num_steps: int = 64,
-                          repeats: int = 5) -> float:
-  """Seconds per (draft step, target step) pair at K = 1, alternating in one loop."""
+def draft_step_in_loop_time(target: models.T5Model, draft: Draft,
+                            encoder_input_tokens: jax.Array, *, capacity: int, position: int,
+                            num_steps: int = 64, repeats: int = 5) -> float:
+  """Seconds a draft step adds to a loop of target steps (K = 1), paired.
+
+  Runs of a (draft step, target step) loop alternate with runs of a target-step
+  loop; the result is the median of the per-pair differences, so that drift of
+  a shared machine between runs cancels instead of landing in c.
+  """
   encoder_input_tokens = jnp.asarray(encoder_input_tokens)
-  caches = tuple(cache_lib.rewind(c, jnp.full_like(c.index, position)) for c in (
-      _fresh_cache(target, encoder_input_tokens, capacity),
-      _fresh_cache(draft, encoder_input_tokens, capacity)))
-  run = lambda: _pair_loop(target, draft, encoder_input_tokens, caches, num_steps=num_steps)
-  jax.block_until_ready(run())  # compile and warm up
-  return _timed(run, repeats)[0] / num_steps
+  target_cache, draft_cache = (
+      cache_lib.rewind(c, jnp.full_like(c.index, position)) for c in (
+          _fresh_cache(target, encoder_input_tokens, capacity),
+          _fresh_cache(draft, encoder_input_tokens, capacity)))
+  pair = lambda: _pair_loop(target, draft, encoder_input_tokens, (target_cache, draft_cache),
+                            num_steps=num_steps)
+  alone = lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
+                             num_steps=num_steps)
+  jax.block_until_ready((pair(), alone()))  # compile and warm up
+  differences = [_timed(pair, 1)[0] - _timed(alone, 1)[0] for _ in range(2 * repeats + 1)]
+  return max(float(np.median(differences)), 0.0) / num_steps
 
 
 def step_time(model: Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capacity: int,
@@ -402,10 +419,9 @@ def step_time(model: Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capa
 def measure_step_times(target: models.T5Model, draft: Draft, encoder_input_tokens: np.ndarray,
                        *, k_max: int, max_decode_len: int, num_steps: int = 64,
                        repeats: int = 5, progress: bool = False) -> StepTimes:
-  """c and r(K) for K = 1 .. k_max (k_max = gamma_max + 1), calls at mid-output.
+  """c, c_first and r(K) for K = 1 .. k_max (k_max = gamma_max + 1), at mid-output.
 
-  c is the draft step's cost inside speculative decoding (alternating with
-  target calls, see StepTimes.draft_s) over a target step.
+  See `StepTimes` for what each time is.
 
   Args:
     target: M_p.
@@ -421,14 +437,13 @@ def measure_step_times(target: models.T5Model, draft: Draft, encoder_input_token
   timed = functools.partial(step_time, encoder_input_tokens=encoder_input_tokens,
                             capacity=capacity, position=max_decode_len // 2,
                             num_steps=num_steps, repeats=repeats)
-  draft_alone_s = timed(draft)
+  draft_s = timed(draft)
   verify_s = [timed(target, k=k) for k in tqdm.trange(1, k_max + 1, desc='r(K)',
                                                           disable=not progress)]
-  pair_s = interleaved_step_time(target, draft, encoder_input_tokens, capacity=capacity,
-                                 position=max_decode_len // 2, num_steps=num_steps,
-                                 repeats=repeats)
-  return StepTimes(draft_s=max(pair_s - verify_s[0], 0.0), draft_alone_s=draft_alone_s,
-                   verify_s=np.asarray(verify_s))
+  draft_first_s = draft_step_in_loop_time(
+      target, draft, encoder_input_tokens, capacity=capacity, position=max_decode_len // 2,
+      num_steps=num_steps, repeats=repeats)
+  return StepTimes(draft_s=draft_s, draft_first_s=draft_first_s, verify_s=np.asarray(verify_s))
 
 
 # ---------------------------------------------------------------------------
@@ -464,6 +479,19 @@ class Decoded:
   def tokens_per_call(self) -> float:
     """Generated tokens per target call (eq. (1) measured)."""
     return sum(map(len, self.tokens)) / max(int(np.sum(self.iterations)), 1)
+
+  def fixed_s(self) -> float:
+    """Seconds per input that do not grow with the loop's iterations.
+
+    The intercept of a least-squares line through (iterations, seconds) of
+    the inputs: encoder passes, cache set-up and the call's dispatch, which
+    eq. (5) does not model. 0 when all inputs took the same number of
+    iterations (no line to fit); clipped to [0, shortest input's seconds].
+    """
+    if len(np.unique(self.iterations)) < 2:
+      return 0.0
+    _, intercept = np.polyfit(self.iterations.astype(float), self.seconds, 1)
+    return float(np.clip(intercept, 0.0, np.min(self.seconds)))
 
 
 def baseline_decoder(target: models.T5Model, *, max_decode_len: int,
@@ -574,26 +602,40 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     times: the measured step times.
 
   Returns:
-    A flat record: speedups (measured; eq. (5) with r(gamma + 1) and with
-    r = 1), tokens per call (measured, eq. (1)), the fraction of outputs
-    identical to the baseline's, and milliseconds per baseline token and per
-    speculative iteration, split into draft steps, verify pass and other.
+    A flat record: speedups (measured; eq. (5) with the measured r(gamma + 1)
+    and c_first, and the paper's eq. (5) with r = 1 and c alone), tokens per call (measured, eq. (1)), the fraction of outputs
+    identical to the baseline's, milliseconds per baseline token and per
+    speculative iteration, split into draft steps, verify pass, the per-input
+    fixed cost (`Decoded.fixed_s`) spread over the iterations, and the rest
+    (the loop's own work: sampling, the accept test, cache bookkeeping), and
+    the speedup of the loops alone (fixed costs removed), which is what eq. (5)
+    predicts.
   """
   iterations = int(np.sum(speculative.iterations))
   iteration_ms = 1e3 * speculative.total_s / iterations
-  draft_ms = 1e3 * times.draft_s * int(np.sum(speculative.draft_calls)) / iterations
+  n = len(speculative.seconds)
+  fixed_ms = 1e3 * speculative.fixed_s() * n / iterations
+  loop_s = (baseline.total_s - n * baseline.fixed_s(),
+            speculative.total_s - n * speculative.fixed_s())
+  # One first draft step per iteration, the other draft calls in a run.
+  draft_calls = int(np.sum(speculative.draft_calls))
+  draft_ms = 1e3 * (times.draft_first_s * min(iterations, draft_calls)
+                    + times.draft_s * max(draft_calls - iterations, 0)) / iterations
   verify_ms = 1e3 * float(times.verify_s[gamma])
   token_ms = 1e3 * baseline.total_s / int(np.sum(baseline.iterations))
   return dict(
-      gamma=gamma, alpha=alpha, c=times.c, r=float(times.r[gamma]),
+      gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
       measured_speedup=baseline.total_s / speculative.total_s,
-      predicted_speedup=float(theory.walltime_improvement(alpha, gamma, times.c, times.r)),
+      loop_speedup=loop_s[0] / loop_s[1],
+      baseline_fixed_ms=1e3 * baseline.fixed_s(), speculative_fixed_ms=1e3 * speculative.fixed_s(),
+      predicted_speedup=float(theory.walltime_improvement(alpha, gamma, times.c, times.r,
+                                                          times.c_first)),
       predicted_speedup_eq5=float(theory.walltime_improvement(alpha, gamma, times.c)),
       tokens_per_call=speculative.tokens_per_call,
       expected_tokens_per_call=float(theory.expected_tokens(alpha, gamma)),
       identical=float(np.mean([b == s for b, s in zip(baseline.tokens, speculative.tokens)])),
       baseline_s=baseline.total_s, speculative_s=speculative.total_s,
       baseline_token_ms=token_ms, target_step_ms=1e3 * times.target_s,
-      iteration_ms=iteration_ms, draft_ms=draft_ms, verify_ms=verify_ms,
-      other_ms=iteration_ms - draft_ms - verify_ms,
+      iteration_ms=iteration_ms, draft_ms=draft_ms, verify_ms=verify_ms, fixed_ms=fixed_ms,
+      other_ms=iteration_ms - draft_ms - verify_ms - fixed_ms,
       accept_histogram=speculative.accept_histogram.tolist())

@@ -112,13 +112,18 @@ def walltime_improvement(
     gamma: ArrayLike,
     c: ArrayLike,
     verify_cost: Optional[VerifyCost] = None,
+    c_first: Optional[ArrayLike] = None,
 ) -> np.ndarray:
   """Eq. (5): expected walltime speedup over plain decoding.
 
   (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)). The paper assumes the
-  target pass over gamma + 1 positions costs one step; where it does not (a
-  CPU, a large batch), `verify_cost` gives that cost r(gamma + 1) in target
-  steps, and the speedup is E[tokens] / (gamma c + r(gamma + 1)).
+  target pass over gamma + 1 positions costs one step and every draft step
+  costs c. Where they do not, two measured costs refine it: `verify_cost`
+  gives the target pass's cost r(gamma + 1) in target steps (a CPU, a large
+  batch), and `c_first` the cost of the first draft step after a target call
+  (on a CPU the target call evicts the draft's weights from the cache, which
+  that step reads back). The speedup is then
+  E[tokens] / (c_first + (gamma - 1) c + r(gamma + 1)).
 
   Args:
     alpha: acceptance rate(s) in [0, 1].
@@ -126,13 +131,16 @@ def walltime_improvement(
     c: draft step time over target step time, >= 0.
     verify_cost: None (r = 1), a callable K -> r(K), or an array with
       verify_cost[K - 1] = r(K).
+    c_first: None (= c), or the first draft step's time after a target call
+      over a target step, >= 0.
 
   Returns:
     The broadcast array of expected speedups.
   """
   tokens = expected_tokens(alpha, gamma)
   gamma, c = _check_gamma(gamma), _check_cost(c, 'c')
-  return tokens / (gamma * c + _verify_cost(verify_cost, gamma + 1))
+  c_first = c if c_first is None else _check_cost(c_first, 'c_first')
+  return tokens / (c_first + (gamma - 1) * c + _verify_cost(verify_cost, gamma + 1))
 
 
 def operations_factor(
@@ -162,6 +170,7 @@ def best_gamma(
     c: ArrayLike,
     gamma_max: int = 30,
     verify_cost: Optional[VerifyCost] = None,
+    c_first: Optional[ArrayLike] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """The gamma in 1 .. gamma_max that maximises eq. (5), by exhaustive search.
 
@@ -173,16 +182,19 @@ def best_gamma(
     c: draft step time over target step time, >= 0.
     gamma_max: the largest gamma considered.
     verify_cost: as in `walltime_improvement`.
+    c_first: as in `walltime_improvement`.
 
   Returns:
-    (gamma, speedup), both of the broadcast shape of alpha and c.
+    (gamma, speedup), both of the broadcast shape of alpha, c and c_first.
   """
   alpha, c = _check_alpha(alpha), _check_cost(c, 'c')
+  c_first = c if c_first is None else _check_cost(c_first, 'c_first')
+  alpha, c, c_first = np.broadcast_arrays(alpha, c, c_first)
   gamma_max = int(_check_gamma(gamma_max))
   gammas = np.arange(1, gamma_max + 1)
   # [*S, 1] x [gamma_max] -> [*S, gamma_max]
   speedups = walltime_improvement(
-      alpha[..., None], gammas, c[..., None], verify_cost)
+      alpha[..., None], gammas, c[..., None], verify_cost, c_first[..., None])
   best = np.argmax(speedups, axis=-1)
   return gammas[best], np.take_along_axis(speedups, best[..., None], -1)[..., 0]
 

@@ -134,8 +134,8 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   times = measure.measure_step_times(target, nano, inputs[:1], k_max=3,
                                      max_decode_len=MAX_DECODE_LEN, num_steps=4, repeats=2)
   assert times.verify_s.shape == (3,) and np.all(np.isfinite(times.verify_s))
-  assert np.all(times.verify_s > 0) and times.draft_alone_s > 0
-  assert times.draft_s >= 0 and np.isfinite(times.c)
+  assert np.all(times.verify_s > 0) and times.draft_s > 0
+  assert times.draft_first_s >= 0 and np.isfinite(times.c) and np.isfinite(times.c_first)
   assert times.r[0] == 1.0 and len(times.row()['r']) == 3
   table = drafts.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
   seconds = measure.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
@@ -157,15 +157,40 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert speculative.accept_histogram.shape == (3,)
   assert baseline.tokens_per_call == 1.0 and speculative.tokens_per_call >= 1.0
 
-  times = measure.StepTimes(draft_s=1e-4, draft_alone_s=5e-5,
+  times = measure.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
                             verify_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
   row = measure.summarize(baseline, speculative, gamma=2, alpha=0.6, times=times)
   assert row['identical'] == 1.0
   assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)
   assert row['predicted_speedup'] == pytest.approx(
-      theory.expected_tokens(0.6, 2) / (2 * 0.1 + 1.2))
-  assert row['other_ms'] == pytest.approx(row['iteration_ms'] - row['draft_ms'] - row['verify_ms'])
+      theory.expected_tokens(0.6, 2) / (0.1 + 0.05 + 1.2))
+  assert row['other_ms'] == pytest.approx(
+      row['iteration_ms'] - row['draft_ms'] - row['verify_ms'] - row['fixed_ms'])
   assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))
+
+
+def _decoded(iterations, seconds, draft_calls=None):
+  n = len(iterations)
+  draft_calls = np.zeros(n, int) if draft_calls is None else draft_calls
+  return measure.Decoded(seconds=np.asarray(seconds, float), tokens=[[5]] * n,
+                         iterations=np.asarray(iterations), draft_calls=draft_calls,
+                         accept_histogram=np.zeros(1, int))
+
+
+def test_fixed_cost_is_the_intercept_and_the_loop_speedup_excludes_it():
+  iterations = np.array([4, 10, 7, 20])
+  baseline = _decoded(3 * iterations, 0.010 + 0.002 * 3 * iterations)  # 10 ms + 2 ms/token
+  speculative = _decoded(iterations, 0.015 + 0.003 * iterations,  # 15 ms + 3 ms/iteration
+                         draft_calls=iterations)  # gamma 1
+  assert baseline.fixed_s() == pytest.approx(0.010)
+  assert speculative.fixed_s() == pytest.approx(0.015)
+  times = measure.StepTimes(draft_s=1e-4, draft_first_s=2e-4, verify_s=np.array([2e-3, 2.4e-3]))
+  row = measure.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
+  assert row['loop_speedup'] == pytest.approx(2.0)  # 6 ms of baseline per 3 ms iteration
+  assert row['measured_speedup'] < row['loop_speedup']  # fixed costs dilute the speedup
+  assert row['fixed_ms'] == pytest.approx(1e3 * 0.015 * 4 / np.sum(iterations))
+  assert row['other_ms'] == pytest.approx(3.0 - 0.2 - 2.4)
+  assert _decoded([5, 5], [0.1, 0.2]).fixed_s() == 0.0  # no line through one abscissa
 
 
 def _fake_t5x(monkeypatch):

@@ -15,7 +15,7 @@ ALPHA_ROWS = [
          stderr=0.02, std=0.2, sequences=10, positions=210, q10=0.2, q25=0.25, q50=0.3, q75=0.35,
          q90=0.4),
 ]
-TIMING = dict(target_step_ms=2.0, draft_step_ms=0.2, c=0.1, draft_alone_ms=0.1, c_alone=0.05,
+TIMING = dict(target_step_ms=2.0, draft_step_ms=0.1, c=0.05, draft_first_ms=0.2, c_first=0.1,
               verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6],
               r=[1.0, 1.05, 1.1, 1.2, 1.3])
 
@@ -23,10 +23,11 @@ TIMING = dict(target_step_ms=2.0, draft_step_ms=0.2, c=0.1, draft_alone_ms=0.1, 
 def _walltime_row(temperature, gamma, chosen, speedup):
   return dict(
       task='demo_ende', draft='nano', temperature=temperature, chosen=chosen, gamma=gamma,
-      alpha=0.75, c=0.1, r=1.1, measured_speedup=speedup, predicted_speedup=1.9,
+      alpha=0.75, c=0.05, c_first=0.1, r=1.1, measured_speedup=speedup, predicted_speedup=1.9,
       predicted_speedup_eq5=2.1, tokens_per_call=2.2, expected_tokens_per_call=2.3,
       identical=1.0, baseline_s=10.0, speculative_s=10.0 / speedup, baseline_token_ms=2.5,
-      target_step_ms=2.0, iteration_ms=5.0, draft_ms=0.6, verify_ms=2.4, other_ms=2.0,
+      target_step_ms=2.0, iteration_ms=5.0, draft_ms=0.6, verify_ms=2.4, fixed_ms=0.5,
+      other_ms=1.5, baseline_fixed_ms=8.0, speculative_fixed_ms=9.0, loop_speedup=speedup + 0.1,
       accept_histogram=[5, 4, 3, 9][:gamma + 1], metrics='bleu', bleu_baseline=21.5,
       bleu_speculative=21.5)
 
@@ -60,10 +61,10 @@ def test_write_report_writes_every_file(tmp_path):
   assert md.startswith('# Tables\n\nsome notes')
   assert ('| demo_ende | small | nano | 0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
           '| 10 |') in md
-  assert ('| demo_ende | nano | 0 | 3 | 0.750 | 0.100 | 1.75X | 1.90X | 2.10X | 2.20 (2.30) | yes '
+  assert ('| demo_ende | nano | 0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 2.10X | 2.20 (2.30) | yes '
           '| bleu 21.5 / 21.5 |') in md
-  assert '| demo_ende | nano | 1 | 2 | 0.750 | 0.100 | 1.25X' in md and 'n/a (sampled)' in md
-  assert '**c = 0.100**' in md and '| 5 | 2.6000 | 1.300 |' in md
+  assert '| demo_ende | nano | 1 | 2 | 0.750 | 0.050 (0.100) | 1.25X' in md and 'n/a (sampled)' in md
+  assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 1.300 |' in md
   for name in names - {'report.md'}:
     assert name in md or name.endswith(('.csv', '.json'))
 

@@ -98,6 +98,22 @@ def test_best_gamma_with_verify_cost():
       theory.expected_tokens(0.8, 3) / (3 * 0.1 + 1.3))
 
 
+def test_first_draft_step_cost():
+  # c_first = c is eq. (5); a costlier first step is paid once per iteration,
+  # so it lowers the speedup and favours longer drafts.
+  alpha, c = np.array([0.6, 0.75, 0.9]), 0.1
+  np.testing.assert_allclose(theory.walltime_improvement(alpha, 4, c, c_first=c),
+                             theory.walltime_improvement(alpha, 4, c))
+  np.testing.assert_allclose(
+      theory.walltime_improvement(0.8, 3, 0.1, verify_cost=np.full(4, 1.5), c_first=0.4),
+      theory.expected_tokens(0.8, 3) / (0.4 + 2 * 0.1 + 1.5))
+  g_same, s_same = theory.best_gamma(alpha, c)
+  g_first, s_first = theory.best_gamma(alpha, c, c_first=0.5)
+  assert np.all(g_first >= g_same) and np.any(g_first > g_same) and np.all(s_first < s_same)
+  gamma, speed = theory.best_gamma(0.8, np.array([0.05, 0.1]), c_first=np.array([[0.2], [0.4]]))
+  assert gamma.shape == speed.shape == (2, 2)
+
+
 def test_tokens_per_call_distribution():
   alpha = np.array([0.0, 0.3, 0.8, 1.0])
   for gamma in (1, 4, 9):
@@ -124,6 +140,8 @@ def test_tokens_per_call_distribution():
     lambda: theory.best_gamma(0.5, 0.1, gamma_max=0),
     lambda: theory.best_gamma(0.5, 0.1, gamma_max=10, verify_cost=np.ones(5)),
     lambda: theory.walltime_improvement(0.5, 3, 0.1, verify_cost=lambda k: 0 * k),
+    lambda: theory.walltime_improvement(0.5, 3, 0.1, c_first=-1.0),
+    lambda: theory.best_gamma(0.5, 0.1, c_first=np.nan),
 ])
 def test_bad_inputs_raise(call):
   with pytest.raises(ValueError):
