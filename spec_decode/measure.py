@@ -603,13 +603,13 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
 
   Returns:
     A flat record: speedups (measured; eq. (5) with the measured r(gamma + 1)
-    and c_first, and the paper's eq. (5) with r = 1 and c alone), tokens per call (measured, eq. (1)), the fraction of outputs
-    identical to the baseline's, milliseconds per baseline token and per
-    speculative iteration, split into draft steps, verify pass, the per-input
-    fixed cost (`Decoded.fixed_s`) spread over the iterations, and the rest
-    (the loop's own work: sampling, the accept test, cache bookkeeping), and
-    the speedup of the loops alone (fixed costs removed), which is what eq. (5)
-    predicts.
+    and c_first; the paper's eq. (5) with r = 1 and c alone), tokens per call
+    (measured, eq. (1)), the fraction of outputs identical to the baseline's,
+    milliseconds per baseline token and per speculative iteration, split into
+    draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
+    spread over the iterations, and the rest (the loop's own work: sampling,
+    the accept test, cache bookkeeping), and the speedup of the loops alone
+    (fixed costs removed), which is what eq. (5) predicts.
   """
   iterations = int(np.sum(speculative.iterations))
   iteration_ms = 1e3 * speculative.total_s / iterations
