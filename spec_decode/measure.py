@@ -284,12 +284,15 @@ class StepTimes:
       `draft_step_in_loop_time`). On a CPU it exceeds `draft_s` by the DRAM
       traffic of re-reading the draft weights that the target call evicted
       from the cache.
-    verify_s: [k_max] one target call over K = 1 .. k_max positions.
+    verify_s: [k_max] one target call over K = 1 .. k_max positions, as
+      used: the non-decreasing fit of `verify_raw_s` (see `nondecreasing_fit`).
+    verify_raw_s: [k_max] the measured times, or None when not measured.
   """
 
   draft_s: float
   draft_first_s: float
   verify_s: np.ndarray
+  verify_raw_s: np.ndarray | None = None
 
   @property
   def target_s(self) -> float:
@@ -314,7 +317,9 @@ class StepTimes:
   def row(self) -> dict:
     return dict(target_step_ms=1e3 * self.target_s, draft_step_ms=1e3 * self.draft_s, c=self.c,
                 draft_first_ms=1e3 * self.draft_first_s, c_first=self.c_first,
-                verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist())
+                verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist(),
+                verify_raw_ms=(1e3 * (self.verify_s if self.verify_raw_s is None
+                                      else self.verify_raw_s)).tolist())
 
 
 def _timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
@@ -438,12 +443,34 @@ def measure_step_times(target: models.T5Model, draft: Draft, encoder_input_token
                             capacity=capacity, position=max_decode_len // 2,
                             num_steps=num_steps, repeats=repeats)
   draft_s = timed(draft)
-  verify_s = [timed(target, k=k) for k in tqdm.trange(1, k_max + 1, desc='r(K)',
-                                                          disable=not progress)]
+  verify_raw_s = np.asarray([timed(target, k=k) for k in tqdm.trange(
+      1, k_max + 1, desc='r(K)', disable=not progress)])
   draft_first_s = draft_step_in_loop_time(
       target, draft, encoder_input_tokens, capacity=capacity, position=max_decode_len // 2,
       num_steps=num_steps, repeats=repeats)
-  return StepTimes(draft_s=draft_s, draft_first_s=draft_first_s, verify_s=np.asarray(verify_s))
+  return StepTimes(draft_s=draft_s, draft_first_s=draft_first_s,
+                   verify_s=nondecreasing_fit(verify_raw_s), verify_raw_s=verify_raw_s)
+
+
+def nondecreasing_fit(values: np.ndarray) -> np.ndarray:
+  """The least-squares non-decreasing sequence closest to `values` (pool adjacent violators).
+
+  A target call over more positions never costs less, so a dip in measured
+  r(K) is noise; left in, it would make best_gamma chase it.
+
+  Args:
+    values: [n] measurements in order of K.
+
+  Returns:
+    [n] the fit: each run of violators replaced by its mean.
+  """
+  blocks = []  # [mean, count] of pooled runs
+  for value in np.asarray(values, np.float64):
+    blocks.append([value, 1])
+    while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+      (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+      blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+  return np.concatenate([np.full(n, m) for m, n in blocks])
 
 
 # ---------------------------------------------------------------------------

@@ -137,6 +137,7 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   assert np.all(times.verify_s > 0) and times.draft_s > 0
   assert times.draft_first_s >= 0 and np.isfinite(times.c) and np.isfinite(times.c_first)
   assert times.r[0] == 1.0 and len(times.row()['r']) == 3
+  assert np.all(np.diff(times.verify_s) >= 0) and times.verify_raw_s.shape == (3,)
   table = drafts.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
   seconds = measure.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
                               repeats=2)
@@ -167,6 +168,13 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert row['other_ms'] == pytest.approx(
       row['iteration_ms'] - row['draft_ms'] - row['verify_ms'] - row['fixed_ms'])
   assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))
+
+
+def test_nondecreasing_fit_pools_dips_and_keeps_monotone_input():
+  np.testing.assert_allclose(measure.nondecreasing_fit([1.0, 1.4, 1.2, 1.5, 1.3, 1.1, 2.0]),
+                             [1.0, 1.3, 1.3, 1.3, 1.3, 1.3, 2.0])
+  np.testing.assert_allclose(measure.nondecreasing_fit([1.0, 1.1, 1.1, 1.7]), [1.0, 1.1, 1.1, 1.7])
+  np.testing.assert_allclose(measure.nondecreasing_fit([1.2, 1.0]), [1.1, 1.1])
 
 
 def _decoded(iterations, seconds, draft_calls=None):

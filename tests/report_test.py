@@ -16,7 +16,7 @@ ALPHA_ROWS = [
          q90=0.4),
 ]
 TIMING = dict(target_step_ms=2.0, draft_step_ms=0.1, c=0.05, draft_first_ms=0.2, c_first=0.1,
-              verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6],
+              verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6], verify_raw_ms=[2.0, 2.1, 2.3, 2.1, 2.6],
               r=[1.0, 1.05, 1.1, 1.2, 1.3])
 
 
@@ -64,7 +64,8 @@ def test_write_report_writes_every_file(tmp_path):
   assert ('| demo_ende | nano | 0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 2.10X | 2.20 (2.30) | yes '
           '| bleu 21.5 / 21.5 |') in md
   assert '| demo_ende | nano | 1 | 2 | 0.750 | 0.050 (0.100) | 1.25X' in md and 'n/a (sampled)' in md
-  assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 1.300 |' in md
+  assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 2.6000 | 1.300 |' in md
+  assert '| 4 | 2.1000 | 2.4000 | 1.200 |' in md  # measured, then as used
   for name in names - {'report.md'}:
     assert name in md or name.endswith(('.csv', '.json'))
 
