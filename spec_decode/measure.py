@@ -347,7 +347,7 @@ def _step_loop(model: Draft, encoder_input_tokens: jax.Array, cache: cache_lib.C
   def body(_, carry):
     tokens, cache = carry
     logits, cache = step_fn(tokens, cache)
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32), cache_lib.rewind(cache, position)
+    return sampling_lib.argmax(logits).astype(jnp.int32), cache_lib.rewind(cache, position)
 
   tokens = jnp.full((cache.batch_size, k), EOS_ID + 1, jnp.int32)
   return jax.lax.fori_loop(0, num_steps, body, (tokens, cache))[0]
@@ -365,9 +365,9 @@ def _pair_loop(target: models.T5Model, draft: Draft, encoder_input_tokens: jax.A
   def body(_, carry):
     tokens, target_cache, draft_cache = carry
     logits, draft_cache = draft_step(tokens, draft_cache)
-    logits, target_cache = target_step(jnp.argmax(logits, axis=-1).astype(jnp.int32),
+    logits, target_cache = target_step(sampling_lib.argmax(logits).astype(jnp.int32),
                                        target_cache)
-    return (jnp.argmax(logits, axis=-1).astype(jnp.int32),
+    return (sampling_lib.argmax(logits).astype(jnp.int32),
             cache_lib.rewind(target_cache, position), cache_lib.rewind(draft_cache, position))
 
   tokens = jnp.full((target_cache.batch_size, 1), EOS_ID + 1, jnp.int32)

@@ -103,3 +103,35 @@ def test_sample_matches_probs_and_never_draws_zero_mass():
   counts = np.bincount(draws, minlength=probs.size)
   assert counts[probs == 0].sum() == 0
   assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE
+
+
+def test_argmax_is_jnp_argmax_with_first_index_on_ties():
+  rng = np.random.default_rng(0)
+  x = rng.integers(-3, 3, size=(4, 3, 300)).astype(np.float32)  # many ties
+  x[0, 0] = -np.inf
+  x[1, 2, 7:] = -np.inf
+  np.testing.assert_array_equal(sampling.argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
+  assert sampling.argmax(jnp.asarray([False, True, True])) == 1
+
+
+def test_blocked_sample_over_many_blocks_matches_probs():
+  # V = 1000: 8 blocks of 128, the last one partial; whole blocks and
+  # scattered tokens without mass, mass in the very first and last tokens.
+  rng = np.random.default_rng(1)
+  probs = rng.random(1000) ** 4
+  probs[128:384] = 0.0
+  probs[rng.random(1000) < 0.3] = 0.0
+  probs[0], probs[-1] = 0.5, 0.3
+  probs = (probs / probs.sum()).astype(np.float32)
+  n = 200_000
+  keys = jax.random.split(jax.random.key(3), n)
+  draws = np.asarray(jax.jit(sampling.sample)(keys, jnp.broadcast_to(probs, (n, probs.size))))
+  counts = np.bincount(draws, minlength=probs.size)
+  assert counts[probs == 0].sum() == 0
+  assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE
+
+
+def test_sample_of_a_one_hot_is_its_token():
+  for token in (0, 127, 128, 999):
+    probs = jax.nn.one_hot(jnp.full((5, 2), token), 1000)
+    np.testing.assert_array_equal(sampling.sample(jax.random.key(token), probs), token)
