@@ -284,15 +284,18 @@ class StepTimes:
       `draft_step_in_loop_time`). On a CPU it exceeds `draft_s` by the DRAM
       traffic of re-reading the draft weights that the target call evicted
       from the cache.
-    verify_s: [k_max] one target call over K = 1 .. k_max positions, as
-      used: the non-decreasing fit of `verify_raw_s` (see `nondecreasing_fit`).
-    verify_raw_s: [k_max] the measured times, or None when not measured.
+    verify_measured_s: [k_max] one target call over K = 1 .. k_max
+      positions, as timed.
   """
 
   draft_s: float
   draft_first_s: float
-  verify_s: np.ndarray
-  verify_raw_s: np.ndarray | None = None
+  verify_measured_s: np.ndarray
+
+  @property
+  def verify_s(self) -> np.ndarray:
+    """[k_max] the verify times as used: the non-decreasing fit of the measured ones."""
+    return nondecreasing_fit(self.verify_measured_s)
 
   @property
   def target_s(self) -> float:
@@ -318,8 +321,7 @@ class StepTimes:
     return dict(target_step_ms=1e3 * self.target_s, draft_step_ms=1e3 * self.draft_s, c=self.c,
                 draft_first_ms=1e3 * self.draft_first_s, c_first=self.c_first,
                 verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist(),
-                verify_raw_ms=(1e3 * (self.verify_s if self.verify_raw_s is None
-                                      else self.verify_raw_s)).tolist())
+                verify_measured_ms=(1e3 * np.asarray(self.verify_measured_s)).tolist())
 
 
 def _timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
@@ -443,13 +445,13 @@ def measure_step_times(target: models.T5Model, draft: Draft, encoder_input_token
                             capacity=capacity, position=max_decode_len // 2,
                             num_steps=num_steps, repeats=repeats)
   draft_s = timed(draft)
-  verify_raw_s = np.asarray([timed(target, k=k) for k in tqdm.trange(
+  verify_measured_s = np.asarray([timed(target, k=k) for k in tqdm.trange(
       1, k_max + 1, desc='r(K)', disable=not progress)])
   draft_first_s = draft_step_in_loop_time(
       target, draft, encoder_input_tokens, capacity=capacity, position=max_decode_len // 2,
       num_steps=num_steps, repeats=repeats)
   return StepTimes(draft_s=draft_s, draft_first_s=draft_first_s,
-                   verify_s=nondecreasing_fit(verify_raw_s), verify_raw_s=verify_raw_s)
+                   verify_measured_s=verify_measured_s)
 
 
 def nondecreasing_fit(values: np.ndarray) -> np.ndarray:
@@ -641,9 +643,10 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
   iterations = int(np.sum(speculative.iterations))
   iteration_ms = 1e3 * speculative.total_s / iterations
   n = len(speculative.seconds)
-  fixed_ms = 1e3 * speculative.fixed_s() * n / iterations
-  loop_s = (baseline.total_s - n * baseline.fixed_s(),
-            speculative.total_s - n * speculative.fixed_s())
+  baseline_fixed_s, speculative_fixed_s = baseline.fixed_s(), speculative.fixed_s()
+  fixed_ms = 1e3 * speculative_fixed_s * n / iterations
+  loop_speedup = ((baseline.total_s - n * baseline_fixed_s)
+                  / (speculative.total_s - n * speculative_fixed_s))
   # One first draft step per iteration, the other draft calls in a run.
   draft_calls = int(np.sum(speculative.draft_calls))
   draft_ms = 1e3 * (times.draft_first_s * min(iterations, draft_calls)
@@ -653,8 +656,8 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
   return dict(
       gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
       measured_speedup=baseline.total_s / speculative.total_s,
-      loop_speedup=loop_s[0] / loop_s[1],
-      baseline_fixed_ms=1e3 * baseline.fixed_s(), speculative_fixed_ms=1e3 * speculative.fixed_s(),
+      loop_speedup=loop_speedup, baseline_fixed_ms=1e3 * baseline_fixed_s,
+      speculative_fixed_ms=1e3 * speculative_fixed_s,
       predicted_speedup=float(theory.walltime_improvement(alpha, gamma, times.c, times.r,
                                                           times.c_first)),
       predicted_speedup_eq5=float(theory.walltime_improvement(alpha, gamma, times.c)),
@@ -666,3 +669,50 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
       iteration_ms=iteration_ms, draft_ms=draft_ms, verify_ms=verify_ms, fixed_ms=fixed_ms,
       other_ms=iteration_ms - draft_ms - verify_ms - fixed_ms,
       accept_histogram=speculative.accept_histogram.tolist())
+
+
+# ---------------------------------------------------------------------------
+# The decoding loops' own work (sampling, the accept test, bookkeeping).
+
+
+def loop_work_time(*, gamma: int, temperature: float, vocab_size: int = 8192,
+                   max_decode_len: int = 64, repeats: int = 9) -> float:
+  """Seconds per iteration of a decoding loop whose model calls cost nothing.
+
+  The step functions return fixed random logits (different ones for draft and
+  target), so what is timed is the loop itself: adjusting and sampling over
+  the vocabulary, the accept test, writing tokens, rewinding caches. Batch 1,
+  compile excluded, median over repeats.
+
+  Args:
+    gamma: draft length; 0 times the baseline loop (one target call a token).
+    temperature: sampling temperature (0: greedy).
+    vocab_size: V of the logits.
+    max_decode_len: tokens per decode (no EOS is ever drawn).
+    repeats: timed decodes.
+  """
+  rng = np.random.default_rng(0)
+  p_logits, q_logits = (jnp.asarray(2 * rng.standard_normal(vocab_size), jnp.float32)
+                        for _ in range(2))
+
+  def free_step(logits):
+    def step_fn(tokens, cache):
+      # Depends on the tokens, so XLA cannot hoist the sampling out of the loop.
+      out = logits + 0.0 * tokens[..., None].astype(jnp.float32)  # [B, K, V]
+      return out, cache.replace(index=cache.index + tokens.shape[1])
+    return step_fn
+
+  capacity = decoding.cache_length(max_decode_len, gamma)
+  cache = cache_lib.Cache(index=jnp.zeros((1,), jnp.int32),
+                          layers=jnp.zeros((1, capacity), jnp.int32), capacity=capacity)
+  sampling = sampling_lib.SamplingParams.create(temperature)
+  common = dict(max_decode_len=max_decode_len, sampling=sampling, eos_id=-1)
+  if gamma:
+    decode = jax.jit(lambda key: decoding.speculative_decode(
+        free_step(p_logits), cache, free_step(q_logits), cache, gamma=gamma, rng=key, **common))
+  else:
+    decode = jax.jit(lambda key: decoding.autoregressive_decode(
+        free_step(p_logits), cache, rng=key, **common))
+  jax.block_until_ready(decode(jax.random.key(0)))  # compile
+  seconds, out = _timed(lambda: decode(jax.random.key(0)), repeats)
+  return seconds / int(out.loop_target_calls)

@@ -137,7 +137,7 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   assert np.all(times.verify_s > 0) and times.draft_s > 0
   assert times.draft_first_s >= 0 and np.isfinite(times.c) and np.isfinite(times.c_first)
   assert times.r[0] == 1.0 and len(times.row()['r']) == 3
-  assert np.all(np.diff(times.verify_s) >= 0) and times.verify_raw_s.shape == (3,)
+  assert np.all(np.diff(times.verify_s) >= 0) and times.verify_measured_s.shape == (3,)
   table = drafts.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
   seconds = measure.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
                               repeats=2)
@@ -159,7 +159,7 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert baseline.tokens_per_call == 1.0 and speculative.tokens_per_call >= 1.0
 
   times = measure.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
-                            verify_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
+                            verify_measured_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
   row = measure.summarize(baseline, speculative, gamma=2, alpha=0.6, times=times)
   assert row['identical'] == 1.0
   assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)
@@ -192,7 +192,8 @@ def test_fixed_cost_is_the_intercept_and_the_loop_speedup_excludes_it():
                          draft_calls=iterations)  # gamma 1
   assert baseline.fixed_s() == pytest.approx(0.010)
   assert speculative.fixed_s() == pytest.approx(0.015)
-  times = measure.StepTimes(draft_s=1e-4, draft_first_s=2e-4, verify_s=np.array([2e-3, 2.4e-3]))
+  times = measure.StepTimes(draft_s=1e-4, draft_first_s=2e-4,
+                            verify_measured_s=np.array([2e-3, 2.4e-3]))
   row = measure.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
   assert row['loop_speedup'] == pytest.approx(2.0)  # 6 ms of baseline per 3 ms iteration
   assert row['measured_speedup'] < row['loop_speedup']  # fixed costs dilute the speedup
@@ -240,3 +241,10 @@ def test_t5x_baseline_adapter_decodes_as_our_baseline(target, inputs, monkeypatc
   with pytest.raises(ValueError, match='top_k'):
     measure.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
                                  sampling=sampling_lib.SamplingParams.create(1.0, top_k=5))
+
+
+@pytest.mark.parametrize('gamma, temperature', [(0, 1.0), (4, 0.0)])
+def test_loop_work_time_runs_both_loops(gamma, temperature):
+  seconds = measure.loop_work_time(gamma=gamma, temperature=temperature, vocab_size=512,
+                                   max_decode_len=16, repeats=2)
+  assert 0 < seconds < 1.0

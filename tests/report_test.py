@@ -16,7 +16,7 @@ ALPHA_ROWS = [
          q90=0.4),
 ]
 TIMING = dict(target_step_ms=2.0, draft_step_ms=0.1, c=0.05, draft_first_ms=0.2, c_first=0.1,
-              verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6], verify_raw_ms=[2.0, 2.1, 2.3, 2.1, 2.6],
+              verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6], verify_measured_ms=[2.0, 2.1, 2.3, 2.1, 2.6],
               r=[1.0, 1.05, 1.1, 1.2, 1.3])
 
 

@@ -1,0 +1,39 @@
+r"""Prints the decoding loops' own work per iteration, with model calls that cost nothing.
+
+  python scripts/loop_overhead.py                      # gamma 0 (baseline), 1, 3, 5; T = 0, 1
+  python scripts/loop_overhead.py --gammas 0 4 --temperatures 1
+
+What a speculative iteration costs beyond its draft steps and verify call
+(sampling over the vocabulary, the accept test, bookkeeping): eq. (5) counts
+none of it. Compare it with the target step time of `scripts/walltime.py`.
+"""
+
+import argparse
+
+from spec_decode import measure
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--gammas', type=int, nargs='+', default=[0, 1, 3, 5],
+                      help='draft lengths; 0 is the baseline loop')
+  parser.add_argument('--temperatures', type=float, nargs='+', default=[0.0, 1.0])
+  parser.add_argument('--vocab_size', type=int, default=8192)
+  parser.add_argument('--max_decode_len', type=int, default=64)
+  args = parser.parse_args()
+  if any(g < 0 for g in args.gammas):
+    parser.error(f'gammas must be >= 0, got {args.gammas}')
+
+  print(f'Loop work per iteration, V = {args.vocab_size}, batch 1 (ms)\n')
+  print('| gamma | ' + ' | '.join(f'T = {t:g}' for t in args.temperatures) + ' |')
+  print('| --- |' + ' --- |' * len(args.temperatures))
+  for gamma in args.gammas:
+    seconds = [measure.loop_work_time(gamma=gamma, temperature=t, vocab_size=args.vocab_size,
+                                      max_decode_len=args.max_decode_len)
+               for t in args.temperatures]
+    cells = [f'{1e3 * s:.3f}' for s in seconds]
+    print(f'| {"baseline" if gamma == 0 else gamma} | ' + ' | '.join(cells) + ' |')
+
+
+if __name__ == '__main__':
+  main()
