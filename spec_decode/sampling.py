@@ -44,7 +44,7 @@ class SamplingParams:
       raise ValueError(f'temperature must be finite and >= 0, got {temperature}')
     if np.any(top_k < 0) or not np.issubdtype(top_k.dtype, np.integer):
       raise ValueError(f'top_k must be an integer >= 0 (0 disables), got {top_k}')
-    if np.any(top_p <= 0) or np.any(top_p > 1):
+    if not np.all((top_p > 0) & (top_p <= 1)):  # NaN fails too
       raise ValueError(f'top_p must be in (0, 1] (1 disables), got {top_p}')
     return cls(
         temperature=jnp.asarray(temperature, jnp.float32),
@@ -58,25 +58,86 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
   return value.reshape(value.shape + (1,) * (ndim - value.ndim))
 
 
+# Top-k and top-p cut the vocabulary at a threshold: the k-th largest logit, or
+# the smallest probability whose larger entries hold less than top_p. Sorting
+# the vocabulary to find it costs more than a target step on XLA:CPU, so the
+# threshold comes from `lax.top_k` over the _CAP largest entries whenever it
+# lies among them (always for k <= _CAP), and otherwise from an exact bisection
+# over the entries' float32 bit patterns. Both give the sorted definition's
+# threshold, ties at the boundary kept.
+_CAP = 64
+
+
+def _order_keys(x: jax.Array) -> jax.Array:
+  """float32 [..., V] -> int32 [..., V] in the same order (-0.0 and 0.0 equal)."""
+  bits = jax.lax.bitcast_convert_type(jnp.where(x == 0, 0.0, x).astype(jnp.float32), jnp.int32)
+  return jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def _bisect_threshold(keys: jax.Array, weights: jax.Array, bound: jax.Array) -> jax.Array:
+  """The smallest t with sum(weights[keys > t]) < bound, per row.
+
+  Args:
+    keys: [..., V] int32 order keys.
+    weights: [..., V] non-negative.
+    bound: broadcastable to [..., 1]; sum(weights) >= bound > 0.
+
+  Returns:
+    [..., 1] int32: an entry's key (the sum only changes at entries' keys).
+  """
+  lo = jnp.full(keys.shape[:-1] + (1,), jnp.iinfo(jnp.int32).min, jnp.int32)  # predicate false
+  hi = jnp.full_like(lo, jnp.iinfo(jnp.int32).max)  # predicate true
+
+  def halve(_, bounds):
+    lo, hi = bounds
+    mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2) without overflow
+    below = jnp.sum(jnp.where(keys > mid, weights, 0), axis=-1, keepdims=True) < bound
+    return jnp.where(below, lo, mid), jnp.where(below, mid, hi)
+
+  return jax.lax.fori_loop(0, 32, halve, (lo, hi))[1]  # 32 halvings of a 2^32 range
+
+
 def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
-  """[..., V] logits -> [..., V] logits outside the top k set to -inf."""
-  k = jnp.clip(top_k, 1, logits.shape[-1])
-  ranked = jnp.sort(logits, axis=-1)[..., ::-1]  # [..., V] descending
-  kth = jnp.take_along_axis(ranked, jnp.broadcast_to(k - 1, ranked.shape[:-1] + (1,)),
-                            axis=-1)  # [..., 1]
-  keep = (logits >= kth) | (top_k <= 0)
-  return jnp.where(keep, logits, -jnp.inf)
+  """[..., V] logits -> [..., V] logits outside the top k set to -inf (0 disables)."""
+  vocab = logits.shape[-1]
+  k = jnp.broadcast_to(jnp.clip(top_k, 1, vocab), logits.shape[:-1] + (1,))
+  cap = min(_CAP, vocab)
+
+  def from_top_values(logits):
+    values = jax.lax.top_k(logits, cap)[0]  # [..., cap] descending
+    kth = jnp.take_along_axis(values, jnp.minimum(k, cap) - 1, axis=-1)
+    return logits >= kth
+
+  def by_bisection(logits):
+    keys = _order_keys(logits)
+    return keys >= _bisect_threshold(keys, jnp.ones_like(keys), k)
+
+  keep = jax.lax.cond(jnp.all(k <= cap), from_top_values, by_bisection, logits)
+  return jnp.where(keep | (top_k <= 0), logits, -jnp.inf)
 
 
 def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
-  """[..., V] probabilities -> [..., V] with mass outside the nucleus zeroed."""
-  ranked = jnp.sort(probs, axis=-1)[..., ::-1]  # [..., V] descending
-  mass_before = jnp.cumsum(ranked, axis=-1) - ranked
-  # The smallest kept probability: the last rank whose preceding mass < top_p.
-  in_nucleus = mass_before < top_p
-  threshold = jnp.min(jnp.where(in_nucleus, ranked, jnp.inf), axis=-1, keepdims=True)
-  keep = (probs >= threshold) | (top_p >= 1.0)
-  return jnp.where(keep, probs, 0.0)
+  """[..., V] probabilities -> [..., V] with mass outside the nucleus zeroed (1 disables).
+
+  The nucleus: the most likely tokens down to the first rank whose preceding
+  mass reaches top_p, and every token tied with the last one kept.
+  """
+  cap = min(_CAP, probs.shape[-1])
+  values = jax.lax.top_k(probs, cap)[0]  # [..., cap] descending
+  mass_before = jnp.cumsum(values, axis=-1) - values
+
+  def from_top_values(probs):
+    in_nucleus = mass_before < top_p
+    return probs >= jnp.min(jnp.where(in_nucleus, values, jnp.inf), axis=-1, keepdims=True)
+
+  def by_bisection(probs):
+    keys = _order_keys(probs)
+    return keys >= _bisect_threshold(keys, probs, top_p)
+
+  # The nucleus ends among the top values when their mass reaches top_p.
+  inside = jnp.all((jnp.sum(values, axis=-1, keepdims=True) >= top_p) | (top_p >= 1.0))
+  keep = jax.lax.cond(inside, from_top_values, by_bisection, probs)
+  return jnp.where(keep | (top_p >= 1.0), probs, 0.0)
 
 
 def argmax(x: jax.Array) -> jax.Array:
@@ -108,17 +169,45 @@ def adjust(logits: jax.Array, params: SamplingParams) -> jax.Array:
   temperature = _per_row(params.temperature, ndim)
   top_k = _per_row(params.top_k, ndim)
   top_p = _per_row(params.top_p, ndim)
+  greedy = lambda: jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.float32)
 
-  greedy = jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.float32)
+  def truncated_softmax():
+    # Skip top-k/top-p at run time when the knob is off.
+    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
+    scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
+    probs = jax.nn.softmax(scaled, axis=-1)
+    probs = jax.lax.cond(jnp.any(top_p < 1.0), _top_p_mask, lambda x, _: x, probs, top_p)
+    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    return jnp.where(temperature > 0, probs, greedy())
 
-  # Sorting V entries per position is the cost of top-k/top-p; skip it at run
-  # time when the knob is off (the branch is chosen per call, not per trace).
-  scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
-  scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
-  probs = jax.nn.softmax(scaled, axis=-1)
-  probs = jax.lax.cond(jnp.any(top_p < 1.0), _top_p_mask, lambda x, _: x, probs, top_p)
-  probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
-  return jnp.where(temperature > 0, probs, greedy)
+  # Branches are chosen per call, not per trace: all-greedy calls skip the softmax.
+  return jax.lax.cond(jnp.all(temperature == 0), greedy, truncated_softmax)
+
+
+def draw(key: jax.Array, logits: jax.Array,
+         params: SamplingParams) -> tuple[jax.Array, jax.Array]:
+  """`adjust` and `sample` in one: the distribution and a token drawn from it.
+
+  Args:
+    key: one PRNG key, or [B] keys (one stream per row).
+    logits: [B, ..., V] raw logits.
+    params: the sampling knobs.
+
+  Returns:
+    probs [B, ..., V] float32 (`adjust(logits, params)`) and tokens [B, ...]
+    int32 (`sample(key, probs)`). Calls where every row is greedy skip the
+    softmax and the sampler: the argmax is what `sample` draws from its one-hot.
+  """
+
+  def greedy():
+    token = argmax(logits.astype(jnp.float32))
+    return jax.nn.one_hot(token, logits.shape[-1], dtype=jnp.float32), token
+
+  def sampled():
+    probs = adjust(logits, params)
+    return probs, sample(key, probs)
+
+  return jax.lax.cond(jnp.all(params.temperature == 0), greedy, sampled)
 
 
 # Inverse-CDF sampling scans the vocabulary in blocks of this many entries: a

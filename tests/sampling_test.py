@@ -1,5 +1,7 @@
 """Tests for spec_decode.sampling: the adjusted distributions p and q."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,6 +57,76 @@ def test_top_k_and_top_p_compose_with_neg_inf_logits():
   assert probs[0, 0] == 0 and probs[0, 3] == 0 and probs[0, 5] == 0
 
 
+def _sorted_top_k_mask(logits, k):
+  """The definition by a full sort: keep logits >= the k-th largest (ties kept)."""
+  kth = -np.sort(-logits, axis=-1)[..., k - 1:k]
+  return logits >= kth
+
+
+def _sorted_top_p_mask(probs, top_p):
+  """The definition by a full sort: the ranks whose preceding mass < top_p, ties kept.
+
+  The mass is summed in float64: a float32 running sum over 32k entries is
+  itself off by a few ulps near 1 and moves the boundary (seen at top_p 0.999).
+  """
+  ranked = -np.sort(-probs, axis=-1)
+  mass_before = np.cumsum(ranked, axis=-1, dtype=np.float64) - ranked
+  threshold = np.min(np.where(mass_before < top_p, ranked, np.inf), axis=-1, keepdims=True)
+  return probs >= threshold
+
+
+@pytest.mark.parametrize('vocab', [8192, 32128])
+def test_top_k_mask_equals_sorted_definition(vocab):
+  rng = np.random.default_rng(vocab)
+  ks = np.array([1, 2, 40, 64, 65, 700, vocab - 1, vocab])  # both sides of the top_k cap
+  random = rng.standard_normal((len(ks), vocab)).astype(np.float32)
+  tied = rng.integers(-4, 4, size=(len(ks), vocab)).astype(np.float32)  # ties at every k
+  tied[:, :vocab // 2] = -np.inf
+  tied[:, 0] = 0.0
+  tied[:, 1] = -0.0
+  mask = jax.jit(sampling._top_k_mask)
+  for logits in (random, tied):
+    for k_rows in (ks, np.full_like(ks, 40)):  # the bisection path, and top_k's alone
+      kept = np.asarray(mask(jnp.asarray(logits), jnp.asarray(k_rows)[:, None])) > -np.inf
+      expected = np.stack([_sorted_top_k_mask(row, k) for row, k in zip(logits, k_rows)])
+      np.testing.assert_array_equal(kept, expected & (logits > -np.inf))
+
+
+@pytest.mark.parametrize('vocab', [8192, 32128])
+def test_top_p_mask_equals_sorted_definition(vocab):
+  rng = np.random.default_rng(vocab + 1)
+  top_ps = np.array([0.05, 0.3, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0], np.float32)
+  mask = jax.jit(sampling._top_p_mask)
+  for scale in (8.0, 1.0):  # peaked: nuclei inside the top_k cap; flat: bisection
+    logits = scale * rng.standard_normal((len(top_ps), vocab))
+    tied = np.round(logits / 2)  # many equal probabilities at the boundary
+    for x in (logits, tied):
+      probs = np.asarray(jax.nn.softmax(jnp.asarray(x, jnp.float32), axis=-1))
+      for p_rows in (top_ps, np.full_like(top_ps, 0.9)):
+        kept = np.asarray(mask(jnp.asarray(probs), jnp.asarray(p_rows)[:, None])) > 0
+        expected = np.stack([_sorted_top_p_mask(row, p) | (p >= 1) for row, p in
+                             zip(probs, p_rows)]) & (probs > 0)
+        np.testing.assert_array_equal(kept, expected)
+
+
+@pytest.mark.parametrize('kwargs', [dict(temperature=0.0), dict(temperature=1.0, top_k=5),
+                                    dict(temperature=[0.0, 0.7, 1.0])])
+def test_draw_is_adjust_then_sample(kwargs):
+  logits = jnp.asarray(np.random.default_rng(4).standard_normal((3, 2, 50)), jnp.float32)
+  params = sampling.SamplingParams.create(**kwargs)
+  keys = jax.random.split(jax.random.key(5), 3)
+  probs, tokens = jax.jit(sampling.draw)(keys, logits, params)
+  expected = sampling.adjust(logits, params)
+  np.testing.assert_allclose(probs, expected, rtol=1e-6)
+  np.testing.assert_array_equal(tokens, sampling.sample(keys, expected))
+
+
+def test_top_k_top_p_compile_without_a_sort():
+  params = sampling.SamplingParams.create(temperature=1.0, top_k=40, top_p=0.9)
+  hlo = jax.jit(sampling.adjust).lower(jnp.zeros((3, 8192)), params).compile().as_text()
+  assert 'TopK' in hlo and not re.search(r'\ssort\(', hlo)
+
+
 def test_per_row_params():
   logits = np.random.default_rng(1).standard_normal((2, 3, 9))
   params = sampling.SamplingParams.create(temperature=[0.0, 1.0], top_k=[0, 2], top_p=[1.0, 1.0])
@@ -89,6 +161,7 @@ def test_changing_values_does_not_retrace():
     (dict(top_k=1.5), 'top_k'),
     (dict(top_p=0.0), 'top_p'),
     (dict(top_p=1.5), 'top_p'),
+    (dict(top_p=float('nan')), 'top_p'),
 ])
 def test_bad_params_raise(kwargs, message):
   with pytest.raises(ValueError, match=message):
