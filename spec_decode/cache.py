@@ -23,7 +23,8 @@ class Cache:
 
   Attributes:
     index: [B] int32, the next write position of each row.
-    layers: model-specific pytree; self-attention buffers are [B, capacity, ...].
+    layers: model-specific pytree; self-attention buffers hold `capacity`
+      positions per row (T5: [B, H, capacity, Dh]).
     capacity: static number of positions each buffer holds.
   """
 
@@ -36,21 +37,30 @@ class Cache:
     return self.index.shape[0]
 
 
-def write(buffer: jax.Array, values: jax.Array, index: jax.Array) -> jax.Array:
+def write(buffer: jax.Array, values: jax.Array, index: jax.Array, axis: int = 0) -> jax.Array:
   """Writes `K` consecutive entries per row, each row at its own position.
 
   Args:
-    buffer: [B, T, ...] the buffer to update.
-    values: [B, K, ...] the entries, same trailing shape as `buffer`.
+    buffer: [B, ...] the buffer to update, positions [T] on axis `axis` of a
+      row (e.g. [B, T] tokens: 0; [B, H, T, Dh] keys: 1).
+    values: [B, ...] the entries, as `buffer` but K positions on that axis.
     index: [B] int32 first position to write in each row; index + K <= T.
 
   Returns:
-    [B, T, ...] the buffer with `buffer[b, index[b]:index[b] + K] = values[b]`.
+    The buffer with row b's positions index[b] .. index[b] + K - 1 set to
+    values[b].
   """
+  values = values.astype(buffer.dtype)
+  if values.shape[axis + 1] == 1:
+    # One position: a select over the buffer, which XLA fuses and updates in
+    # place. XLA:CPU turns a one-position dynamic-update-slice of a loop-carried
+    # buffer into a fusion that copies the whole buffer, several times a step.
+    positions = jax.lax.broadcasted_iota(jnp.int32, buffer.shape, axis + 1)
+    return jnp.where(positions == index.reshape((-1,) + (1,) * (buffer.ndim - 1)), values, buffer)
 
   def write_row(row, vals, start):
-    starts = (start,) + (0,) * (row.ndim - 1)
-    return jax.lax.dynamic_update_slice(row, vals.astype(row.dtype), starts)
+    starts = tuple(start if i == axis else 0 for i in range(row.ndim))
+    return jax.lax.dynamic_update_slice(row, vals, starts)
 
   return jax.vmap(write_row)(buffer, values, index)
 

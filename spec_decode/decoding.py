@@ -227,7 +227,7 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
     rng, key = _split_rows(s.rng, 2)
     last = jnp.take_along_axis(s.tokens, s.index[:, None], axis=1)  # [B, 1]
     logits, cache = step_fn(last, s.target_cache)
-    token = sampling_lib.sample(key, sampling_lib.adjust(logits[:, 0], sampling))  # [B]
+    _, token = sampling_lib.draw(key, logits[:, 0], sampling)  # [B]
     active = ~s.done
     tokens = cache_lib.write(s.tokens, token[:, None], s.index + 1)
     index = s.index + active
@@ -248,8 +248,7 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
   def draft_one(carry, key):
     cache, token = carry
     logits, cache = draft_step_fn(token[:, None], cache)
-    q_i = sampling_lib.adjust(logits[:, 0], sampling)  # [B, V]
-    x_i = sampling_lib.sample(key, q_i)  # [B]
+    q_i, x_i = sampling_lib.draw(key, logits[:, 0], sampling)  # [B, V], [B]
     return (cache, x_i), (x_i, q_i)
 
   def body(s: _LoopState) -> _LoopState:

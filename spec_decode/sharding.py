@@ -65,8 +65,8 @@ _PARAM_AXES = {
     'logits_dense/kernel': ('embed', 'vocab'),  # [E, V]
     'relpos_bias/rel_embedding': ('heads', 'relpos_buckets'),  # [H, 32]
 }
-# Cache arrays by rank: index [B], encoder_mask [B, S], keys/values [B, T, H, Dh].
-_CACHE_AXES = {1: ('batch',), 2: ('batch', 'length'), 4: ('batch', 'length', 'heads', 'kv')}
+# Cache arrays by rank: index [B], encoder_mask [B, S], keys/values [B, H, T, Dh].
+_CACHE_AXES = {1: ('batch',), 2: ('batch', 'length'), 4: ('batch', 'heads', 'length', 'kv')}
 
 
 def make_mesh(model_parallel: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -147,7 +147,7 @@ def shard_params(params: Any, mesh: Mesh, rules: Rules) -> Any:
 def cache_shardings(cache: cache_lib.Cache, mesh: Mesh, rules: Rules) -> cache_lib.Cache:
   """NamedShardings of a T5 decoder cache (arrays or ShapeDtypeStructs).
 
-  Self- and cross-attention buffers [B, T, H, Dh] are (batch, length, heads,
+  Self- and cross-attention buffers [B, H, T, Dh] are (batch, heads, length,
   kv); the encoder mask [B, S] is (batch, length); the index [B] is (batch,).
   """
   return jax.tree.map(

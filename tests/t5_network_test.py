@@ -132,10 +132,10 @@ def test_cache_layout(model):
   np.testing.assert_array_equal(cache.index, np.zeros(BATCH))
   state = cache.layers
   assert len(state.self_attention) == len(state.cross_attention) == CONFIG.num_decoder_layers
-  kv_shape = (BATCH, DECODER_LEN + 4, CONFIG.num_heads, CONFIG.head_dim)
+  kv_shape = (BATCH, CONFIG.num_heads, DECODER_LEN + 4, CONFIG.head_dim)
   assert all(kv.key.shape == kv.value.shape == kv_shape for kv in state.self_attention)
   assert not any(jnp.any(kv.key) for kv in state.self_attention)
-  cross_shape = (BATCH, ENCODER_LEN, CONFIG.num_heads, CONFIG.head_dim)
+  cross_shape = (BATCH, CONFIG.num_heads, ENCODER_LEN, CONFIG.head_dim)
   assert all(kv.key.shape == kv.value.shape == cross_shape for kv in state.cross_attention)
   np.testing.assert_array_equal(state.encoder_mask, model['encoder_tokens'] > 0)
 

@@ -87,11 +87,16 @@ class MultiHeadAttention(nn.Module):
     self.dropout = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))
 
   def _heads(self, x: jax.Array) -> jax.Array:
-    """[B, L, H * Dh] -> [B, L, H, Dh]."""
-    return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
+    """[B, L, H * Dh] -> [B, H, L, Dh]."""
+    return jnp.swapaxes(x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim)), 1, 2)
 
   def project_kv(self, inputs_kv: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """[B, T, E] -> keys and values, each [B, T, H, Dh] in `dtype`."""
+    """[B, T, E] -> keys and values, each [B, H, T, Dh] in `dtype`.
+
+    Heads before positions: both attention products then contract the
+    buffers in the layout they are stored in, so a cached decoding step never
+    copies them into another one.
+    """
     return self._heads(self.key(inputs_kv)), self._heads(self.value(inputs_kv))
 
   def __call__(self, inputs_q: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array,
@@ -100,19 +105,19 @@ class MultiHeadAttention(nn.Module):
 
     Args:
       inputs_q: [B, L, E] query inputs.
-      key: [B, T, H, Dh] keys.
-      value: [B, T, H, Dh] values.
+      key: [B, H, T, Dh] keys.
+      value: [B, H, T, Dh] values.
       bias: float32, broadcastable to [B, H, L, T]: masks and position biases.
       deterministic: disables dropout.
 
     Returns:
       [B, L, E].
     """
-    query = self._heads(self.query(inputs_q))  # [B, L, H, Dh]
-    scores = jnp.einsum('blhd,bthd->bhlt', query, key, preferred_element_type=jnp.float32)
+    query = self._heads(self.query(inputs_q))  # [B, H, L, Dh]
+    scores = jnp.einsum('bhld,bhtd->bhlt', query, key, preferred_element_type=jnp.float32)
     weights = jax.nn.softmax(scores + bias, axis=-1)  # [B, H, L, T] float32
     weights = self.dropout(weights, deterministic=deterministic)
-    x = jnp.einsum('bhlt,bthd->blhd', weights.astype(self.dtype), value)
+    x = jnp.einsum('bhlt,bhtd->blhd', weights.astype(self.dtype), value)
     return self.out(x.reshape(x.shape[:-2] + (-1,)))
 
 

@@ -18,7 +18,7 @@ The parameter tree is T5X's minimal T5 (t5x/examples/t5/network.py):
   decoder/logits_dense/kernel                                  [E, V]
 
 Decoding uses an explicit `spec_decode.cache.Cache` whose `layers` is a
-`DecoderCache`: per layer, self-attention key/value buffers [B, capacity, H, Dh]
+`DecoderCache`: per layer, self-attention key/value buffers [B, H, capacity, Dh]
 and the cross-attention keys/values of the encoder output, computed once.
 `Transformer.decode` feeds K tokens per row at that row's own `cache.index`;
 queries are at absolute positions index[b] + 0..K-1 and attend to every buffer
@@ -41,8 +41,8 @@ class KeyValue:
   """Keys and values of one attention layer.
 
   Attributes:
-    key: [B, T, H, Dh].
-    value: [B, T, H, Dh].
+    key: [B, H, T, Dh].
+    value: [B, H, T, Dh].
   """
 
   key: jax.Array
@@ -54,8 +54,8 @@ class DecoderCache:
   """T5's `Cache.layers`.
 
   Attributes:
-    self_attention: one KeyValue per decoder layer, [B, capacity, H, Dh].
-    cross_attention: one KeyValue per decoder layer, [B, S, H, Dh], the
+    self_attention: one KeyValue per decoder layer, [B, H, capacity, Dh].
+    cross_attention: one KeyValue per decoder layer, [B, H, S, Dh], the
       projected encoder output.
     encoder_mask: [B, S] bool, False at encoder padding (token id 0).
   """
@@ -160,7 +160,7 @@ class DecoderLayer(nn.Module):
     self.dropout = _dropout(cfg)
 
   def cross_kv(self, encoded: jax.Array) -> KeyValue:
-    """[B, S, E] encoder output -> its cross-attention keys and values."""
+    """[B, S, E] encoder output -> its cross-attention keys and values [B, H, S, Dh]."""
     return KeyValue(*self.encoder_decoder_attention.project_kv(encoded))
 
   def __call__(self, inputs: jax.Array, self_bias: jax.Array, cross: KeyValue,
@@ -171,9 +171,9 @@ class DecoderLayer(nn.Module):
     Args:
       inputs: [B, K, E].
       self_bias: [B, H, K, T] causal mask plus relative position bias.
-      cross: the encoder's keys and values, [B, S, H, Dh].
+      cross: the encoder's keys and values, [B, H, S, Dh].
       cross_bias: [B, 1, 1, S] encoder padding mask.
-      buffers: self-attention buffers [B, T, H, Dh] (cached decoding), or None
+      buffers: self-attention buffers [B, H, T, Dh] (cached decoding), or None
         to attend over the K inputs themselves (T = K, full sequence).
       index: [B] int32 position of inputs[:, 0] in `buffers` (with buffers).
       deterministic: disables dropout.
@@ -183,10 +183,10 @@ class DecoderLayer(nn.Module):
       buffers, or those of the K inputs when `buffers` is None.
     """
     x = self.pre_self_attention_layer_norm(inputs)
-    key, value = self.self_attention.project_kv(x)  # [B, K, H, Dh]
+    key, value = self.self_attention.project_kv(x)  # [B, H, K, Dh]
     if buffers is not None:
-      key = cache_lib.write(buffers.key, key, index)  # [B, T, H, Dh]
-      value = cache_lib.write(buffers.value, value, index)
+      key = cache_lib.write(buffers.key, key, index, axis=1)  # [B, H, T, Dh]
+      value = cache_lib.write(buffers.value, value, index, axis=1)
     x = self.self_attention(x, key, value, self_bias, deterministic)
     x = inputs + self.dropout(x, deterministic=deterministic)
 
@@ -215,7 +215,7 @@ class Decoder(nn.Module):
     self.dropout = _dropout(cfg)
 
   def cross_kv(self, encoded: jax.Array) -> tuple[KeyValue, ...]:
-    """[B, S, E] -> one KeyValue [B, S, H, Dh] per layer."""
+    """[B, S, E] -> one KeyValue [B, H, S, Dh] per layer."""
     return tuple(layer.cross_kv(encoded) for layer in self.layers)
 
   def __call__(self, y: jax.Array, cross: tuple[KeyValue, ...], encoder_mask: jax.Array,
@@ -227,7 +227,7 @@ class Decoder(nn.Module):
       y: [B, K, E] embedded decoder tokens.
       cross: per layer, the encoder's keys and values.
       encoder_mask: [B, S] bool, False at encoder padding.
-      buffers: per layer, self-attention buffers [B, T, H, Dh] to write the K
+      buffers: per layer, self-attention buffers [B, H, T, Dh] to write the K
         new entries into at `index` and attend over; None for a full sequence
         (positions 0..K-1, no cache).
       index: [B] int32 absolute position of y[:, 0] (with buffers).
@@ -242,7 +242,7 @@ class Decoder(nn.Module):
       key_positions = steps  # [K]
     else:
       query_positions = index[:, None] + steps  # [B, K]
-      key_positions = jnp.arange(buffers[0].key.shape[1])  # [T]
+      key_positions = jnp.arange(buffers[0].key.shape[2])  # [T]
     causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [B, K, T]
     self_bias = (self.relpos_bias(query_positions, key_positions)
                  + layers.mask_bias(causal)[:, None])  # [B, H, K, T]
@@ -299,7 +299,7 @@ class Transformer(nn.Module):
     """
     cfg = self.config
     batch = encoded.shape[0]
-    shape = (batch, capacity, cfg.num_heads, cfg.head_dim)
+    shape = (batch, cfg.num_heads, capacity, cfg.head_dim)
     zeros = lambda: jnp.zeros(shape, cfg.compute_dtype)
     state = DecoderCache(
         self_attention=tuple(KeyValue(zeros(), zeros()) for _ in range(cfg.num_decoder_layers)),
