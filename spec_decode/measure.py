@@ -531,7 +531,7 @@ def baseline_decoder(target: models.T5Model, *, max_decode_len: int,
 
 
 def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
-                         sampling: sampling_lib.SamplingParams) -> DecodeFn:
+                         sampling: sampling_lib.SamplingParams, eos_id: int = EOS_ID) -> DecodeFn:
   """T5X's own `decoding.temperature_sample` on the same network, as a DecodeFn.
 
   Needs `t5x` (not on PyPI; researchers with TPUs have it). Its
@@ -559,12 +559,12 @@ def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
 
     decodes, _ = t5x_decoding.temperature_sample(
         jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32), cache, tokens_to_logits,
-        eos_id=EOS_ID, decode_rng=jax.random.key_data(keys[0]), num_decodes=1,
+        eos_id=eos_id, decode_rng=jax.random.key_data(keys[0]), num_decodes=1,
         temperature=sampling.temperature, topk=0, topp=top_p if top_p < 1 else 0.0)
     tokens = decodes[:, 0]  # [B, max_decode_len], 0 after EOS
-    is_eos = tokens == EOS_ID
+    is_eos = tokens == eos_id
     lengths = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1,
-                        jnp.sum(tokens != 0, axis=1)).astype(jnp.int32)
+                        max_decode_len).astype(jnp.int32)
     calls = jnp.max(lengths)  # T5X steps every row until the last one ends
     return decoding.DecodeOutput(
         tokens=tokens, lengths=lengths, generated=lengths, target_calls=lengths,

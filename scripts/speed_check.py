@@ -1,0 +1,118 @@
+r"""Prints what the decoding loops cost on the bundled pair: fixed, per iteration, per knob.
+
+  python scripts/speed_check.py                    # draft_small, gamma 3, 12 inputs
+  python scripts/speed_check.py --t5x_path /path/with/t5x   # also T5X's sampling loop
+
+One interleaved run, batch 1, Multi30k test inputs decoded to exactly L tokens
+(no EOS) for two L, so that the line seconds = fixed + iterations * per_iteration
+(spec_decode.costs) splits each decoder's time into what every input pays once
+and what each loop iteration costs, at T = 0, at T = 1, and at T = 1 with
+top_k 40 and with top_p 0.9. It prints:
+
+  - per-input fixed cost: baseline, speculative, and the draft's own `start`
+    (encoder pass + cross-attention K/V), the last against the rule
+    speculative <= baseline + 1.5 x draft start;
+  - ms per iteration of each loop, and what top-k/top-p add to the baseline's;
+  - the loops' speedup eq. (1) x baseline / speculative iteration at the given
+    alphas (default: the demo's measured ones), per knob, and its ratio to the
+    plain T = 1 speedup;
+  - with --t5x_path: T5X's `decoding.temperature_sample` driving our step
+    function, ms per iteration against our baseline loop's (greedy).
+"""
+
+import argparse
+import sys
+
+import jax
+
+from spec_decode import costs
+from spec_decode import data
+from spec_decode import decoding
+from spec_decode import demo
+from spec_decode import measure
+from spec_decode import sampling as sampling_lib
+
+KNOBS = {'T=0': dict(temperature=0.0), 'T=1': dict(temperature=1.0),
+         'T=1 top_k=40': dict(temperature=1.0, top_k=40),
+         'T=1 top_p=0.9': dict(temperature=1.0, top_p=0.9)}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--draft', default='draft_small', choices=['draft_small', 'draft_large'])
+  parser.add_argument('--gamma', type=int, default=3)
+  parser.add_argument('--n', type=int, default=12, help='Multi30k test inputs')
+  parser.add_argument('--lengths', type=int, nargs=2, default=[1, 40],
+                      help='the two output lengths L of the cost line')
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--alphas', type=float, nargs=4, default=[0.70, 0.62, 0.62, 0.62],
+                      metavar=('T0', 'T1', 'TOPK', 'TOPP'),
+                      help='acceptance rates per knob for the predicted speedup (the demo '
+                           'measures them)')
+  parser.add_argument('--t5x_path', default=None,
+                      help='a folder holding the t5x package (its decoding.py suffices)')
+  args = parser.parse_args()
+
+  target, draft = demo.load('target'), demo.load(args.draft)
+  examples = data.load_examples('demo_ende', 'test_multi30k', args.n)
+  inputs = measure.encode_texts([e['inputs'] for e in examples], 64)
+  rng = jax.random.key(0)
+
+  decoders = {}
+  for name, knobs in KNOBS.items():
+    sampling = sampling_lib.SamplingParams.create(**knobs)
+    decoders[f'baseline {name}'] = costs.baseline(target, sampling)
+    decoders[f'speculative {name}'] = costs.speculative(target, draft, args.gamma, sampling)
+  if args.t5x_path:
+    sys.path.insert(0, args.t5x_path)
+    decoders['t5x T=0'] = _t5x_decoder(target)
+  loop = costs.measure_loop_costs(decoders, inputs, rng, lengths=args.lengths,
+                                  repeats=args.repeats)
+  capacity = decoding.cache_length(max(args.lengths), args.gamma)
+  draft_start = costs.start_time(draft, inputs, capacity=capacity)
+  target_start = costs.start_time(target, inputs, capacity=capacity)
+
+  print(f'Bundled target + {args.draft}, gamma {args.gamma}, {args.n} Multi30k inputs, '
+        f'L = {args.lengths}, batch 1, median of {args.repeats} (ms)\n')
+  print('| decoder | fixed per input | per iteration | tokens per iteration |')
+  print('| --- | --- | --- | --- |')
+  for name, cost in loop.items():
+    print(f'| {name} | {1e3 * cost.fixed_s:.2f} | {1e3 * cost.iteration_s:.3f} | '
+          f'{cost.tokens_per_iteration:.2f} |')
+  print(f'\n`start` alone (encoder + cross K/V + fresh cache): target {1e3 * target_start:.2f}, '
+        f'{args.draft} {1e3 * draft_start:.2f}')
+
+  print('\n| knob | speculative fixed - baseline fixed | 1.5 x draft start | '
+        'baseline ms/iteration over T=1\'s | loop speedup at alpha | over T=1\'s |')
+  print('| --- | --- | --- | --- | --- | --- |')
+  plain = None
+  for (name, _), alpha in zip(KNOBS.items(), args.alphas):
+    base, spec = loop[f'baseline {name}'], loop[f'speculative {name}']
+    speedup = costs.iteration_speedup(alpha, args.gamma, base, spec)
+    plain = speedup if name == 'T=1' else plain
+    print(f'| {name} | {1e3 * (spec.fixed_s - base.fixed_s):.2f} | {1.5e3 * draft_start:.2f} | '
+          f'{base.iteration_s / loop["baseline T=1"].iteration_s:.3f} | '
+          f'{speedup:.2f}X (alpha {alpha:.2f}) | '
+          f'{"-" if plain is None or name == "T=1" else f"{speedup / plain:.3f}"} |')
+  if args.t5x_path:
+    ratio = loop['baseline T=0'].iteration_s / loop['t5x T=0'].iteration_s
+    print(f'\nOur baseline loop / T5X temperature_sample over the same step function, per '
+          f'iteration (greedy): {ratio:.3f}')
+
+
+def _t5x_decoder(target) -> costs.LengthDecodeFn:
+  """T5X's greedy temperature_sample over our step function, one jit per length."""
+  by_length = {}
+
+  def decode(x, key, length):
+    if length not in by_length:
+      by_length[length] = measure.t5x_baseline_decoder(
+          target, max_decode_len=length, sampling=sampling_lib.SamplingParams.create(),
+          eos_id=costs.NO_EOS)
+    return by_length[length](x, key)
+
+  return decode
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,152 @@
+"""What a decoding loop costs per input and per iteration, measured whole.
+
+`measure` times each model call alone (c, c_first, r(K)) and predicts the
+speedup from those parts (eq. (5) extended). This module times the loops as
+they run, so that every interaction the parts leave out (the two models
+evicting each other's weights from the CPU cache, sampling, bookkeeping,
+dispatch) is in the figures:
+
+  seconds(input, L) = fixed + iterations(input, L) * per_iteration
+
+Each input is decoded to exactly L tokens (no EOS can end it) for two values of
+L; the least-squares line through (iterations, seconds) over all inputs and
+both L gives the per-input fixed cost (its intercept: encoder passes, cache
+set-up, dispatch) and what one iteration of the loop costs (its slope). For the
+baseline an iteration is one token; for speculative decoding it is gamma
+draft steps, one verify call and the accept step, however many tokens it
+keeps, so the walltime at an acceptance rate alpha is predicted by
+
+  speedup = E[tokens per iteration](alpha, gamma) * baseline / speculative
+            (per-iteration costs; eq. (1) gives the expectation).
+
+`start_time` times the fixed cost's main piece alone: one model's encoder pass
+and cross-attention keys/values with a fresh cache.
+"""
+
+import dataclasses
+import functools
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_decode import decoding
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
+
+# A decoder for cost measurements: (inputs [1, S], keys [1], max_decode_len) -> DecodeOutput.
+LengthDecodeFn = Callable[[jax.Array, jax.Array, int], decoding.DecodeOutput]
+NO_EOS = -1  # an eos_id no token equals: every row runs to max_decode_len
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopCost:
+  """A decoder's cost line, seconds = fixed_s + iterations * iteration_s.
+
+  Attributes:
+    fixed_s: seconds per input that do not grow with the output.
+    iteration_s: seconds per loop iteration (one target call).
+    tokens_per_iteration: generated tokens per iteration over the runs.
+  """
+
+  fixed_s: float
+  iteration_s: float
+  tokens_per_iteration: float
+
+  def row(self) -> dict[str, float]:
+    return dict(fixed_ms=1e3 * self.fixed_s, iteration_ms=1e3 * self.iteration_s,
+                tokens_per_iteration=self.tokens_per_iteration)
+
+
+def baseline(target: models.T5Model, sampling: sampling_lib.SamplingParams) -> LengthDecodeFn:
+  """The target alone, never stopped by EOS."""
+  return lambda inputs, keys, length: models.generate(
+      target, inputs, keys, max_decode_len=length, sampling=sampling, eos_id=NO_EOS)
+
+
+def speculative(target: models.T5Model, draft, gamma: int,
+                sampling: sampling_lib.SamplingParams) -> LengthDecodeFn:
+  """Speculative decoding with `gamma`, never stopped by EOS."""
+  return lambda inputs, keys, length: models.speculative_generate(
+      target, draft, inputs, keys, gamma=gamma, max_decode_len=length, sampling=sampling,
+      eos_id=NO_EOS)
+
+
+def measure_loop_costs(decoders: dict[str, LengthDecodeFn], encoder_input_tokens: np.ndarray,
+                       rng: jax.Array, *, lengths: Sequence[int] = (1, 40),
+                       repeats: int = 3) -> dict[str, LoopCost]:
+  """Fits each decoder's cost line, all decoders interleaved per run.
+
+  Args:
+    decoders: name -> decoder (see `baseline`, `speculative`).
+    encoder_input_tokens: [N, S] int32 inputs, decoded one at a time.
+    rng: input i uses key fold_in(rng, i).
+    lengths: the output lengths L (two or more, distinct). L = 1 is exactly
+      one iteration, which pins the intercept; tokens per iteration come from
+      the longest L.
+    repeats: timed runs per (input, L, decoder); the median is kept.
+
+  Returns:
+    name -> LoopCost.
+  """
+  if len(set(lengths)) < 2:
+    raise ValueError(f'lengths must hold two or more distinct values, got {lengths}')
+  inputs = [jnp.asarray(encoder_input_tokens[i:i + 1]) for i in range(len(encoder_input_tokens))]
+  keys = [jax.random.fold_in(rng, i)[None] for i in range(len(inputs))]
+  for decode in decoders.values():  # compile every (decoder, L) before timing any
+    for length in lengths:
+      jax.block_until_ready(decode(inputs[0], keys[0], length))
+  points = {name: [] for name in decoders}  # (iterations, seconds, tokens)
+  for x, key in zip(inputs, keys):
+    for length in lengths:
+      for _ in range(repeats):
+        for name, decode in decoders.items():
+          start = time.perf_counter()
+          out = jax.block_until_ready(decode(x, key, length))
+          points[name].append((int(out.loop_target_calls), time.perf_counter() - start,
+                               int(out.generated[0])))
+  longest = np.tile(np.repeat(np.asarray(lengths) == max(lengths), repeats), len(inputs))
+  return {name: _fit(np.asarray(p, np.float64), longest, repeats) for name, p in points.items()}
+
+
+def _fit(points: np.ndarray, longest: np.ndarray, repeats: int) -> LoopCost:
+  """[runs, 3] (iterations, seconds, tokens) -> the line through the per-run medians."""
+  medians = np.median(points.reshape(-1, repeats, 3), axis=1)  # [inputs * lengths, 3]
+  slope, intercept = np.polyfit(medians[:, 0], medians[:, 1], 1)
+  at_longest = medians[longest[::repeats]]
+  return LoopCost(fixed_s=float(intercept), iteration_s=float(slope),
+                  tokens_per_iteration=float(np.sum(at_longest[:, 2]) / np.sum(at_longest[:, 0])))
+
+
+def iteration_speedup(alpha: float, gamma: int, baseline_cost: LoopCost,
+                      speculative_cost: LoopCost) -> float:
+  """The loops' speedup at acceptance rate alpha: eq. (1) over whole-iteration costs."""
+  return float(theory.expected_tokens(alpha, gamma) * baseline_cost.iteration_s
+               / speculative_cost.iteration_s)
+
+
+@functools.partial(jax.jit, static_argnames=('capacity',))
+def _start(model, encoder_input_tokens: jax.Array, capacity: int):
+  return model.start(encoder_input_tokens, capacity)[1]
+
+
+def start_time(model, encoder_input_tokens: np.ndarray, *, capacity: int,
+               repeats: int = 9) -> float:
+  """Seconds per input of one model's `start`: encoder pass, cross K/V, fresh cache.
+
+  Median over repeats of each input, averaged over the inputs [N, S]; batch 1.
+  """
+  inputs = [jnp.asarray(encoder_input_tokens[i:i + 1]) for i in range(len(encoder_input_tokens))]
+  jax.block_until_ready(_start(model, inputs[0], capacity))
+  seconds = []
+  for x in inputs:
+    runs = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(_start(model, x, capacity))
+      runs.append(time.perf_counter() - start)
+    seconds.append(np.median(runs))
+  return float(np.mean(seconds))

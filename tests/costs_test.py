@@ -1,0 +1,49 @@
+"""Tests for spec_decode.costs with a tiny random T5 model (fp32)."""
+
+import jax
+import numpy as np
+import pytest
+
+from spec_decode import costs
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
+from spec_decode.t5 import t5_1_1
+
+VOCAB = 64
+GREEDY = sampling_lib.SamplingParams.create(0.0)
+
+
+@pytest.fixture(scope='module')
+def target():
+  return models.T5Model.random(t5_1_1('tiny', vocab_size=VOCAB), jax.random.key(0))
+
+
+def test_loop_costs_count_iterations_and_tokens(target):
+  inputs = np.random.default_rng(0).integers(2, VOCAB, (2, 8)).astype(np.int32)
+  loop = costs.measure_loop_costs(
+      {'baseline': costs.baseline(target, GREEDY),
+       'speculative': costs.speculative(target, target, 2, GREEDY)},
+      inputs, jax.random.key(0), lengths=(3, 9), repeats=2)
+  # No EOS: every row runs to L. The baseline makes one token an iteration; a
+  # draft equal to the target has every draft accepted: gamma + 1 per iteration.
+  assert loop['baseline'].tokens_per_iteration == 1.0
+  assert loop['speculative'].tokens_per_iteration == pytest.approx(3.0)  # L = 9: 3 iterations
+  assert all(np.isfinite([cost.fixed_s, cost.iteration_s]).all() for cost in loop.values())
+
+
+def test_iteration_speedup_is_eq1_over_iteration_costs():
+  base = costs.LoopCost(fixed_s=0.01, iteration_s=0.002, tokens_per_iteration=1.0)
+  spec = costs.LoopCost(fixed_s=0.012, iteration_s=0.004, tokens_per_iteration=2.5)
+  expected = theory.expected_tokens(0.8, 3) * 0.002 / 0.004
+  assert costs.iteration_speedup(0.8, 3, base, spec) == pytest.approx(expected)
+
+
+def test_loop_costs_need_two_lengths():
+  with pytest.raises(ValueError, match='lengths'):
+    costs.measure_loop_costs({}, np.zeros((1, 4), np.int32), jax.random.key(0), lengths=(5, 5))
+
+
+def test_start_time_is_positive(target):
+  inputs = np.ones((2, 8), np.int32)
+  assert costs.start_time(target, inputs, capacity=8, repeats=2) > 0
