@@ -4,7 +4,7 @@ r"""Measures c, r(K) and the walltime speedup of a draft (the paper's Table 2).
       --draft_config nano --draft_checkpoint /ckpt/draft --task demo_ende \
       --split test_multi30k --n 100 --temperatures 0 1 --gammas 1 2 3 5 --out_dir out/walltime
 
-Per temperature: alpha from one teacher-forced pass over the target's outputs
+Per temperature (and at temperature 1 with each --truncations top_k,top_p pair): alpha from one teacher-forced pass over the target's outputs
 on the same inputs, gamma = theory.best_gamma(alpha, c, verify_cost=r), then
 every input decoded alone (batch 1) by the baseline and by speculative
 decoding at that gamma and at each --gammas, compile excluded, median over
@@ -23,6 +23,16 @@ from spec_decode import measure
 from spec_decode import report
 
 
+def _truncation(text: str) -> tuple[int, float]:
+  """'40,1' -> (40, 1.0): a top_k,top_p pair."""
+  try:
+    top_k, top_p = text.split(',')
+    return int(top_k), float(top_p)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'--truncations takes top_k,top_p pairs such as 40,1 or '
+                                     f'0,0.9; got {text!r}') from None
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--target_config', required=True,
@@ -37,6 +47,9 @@ def main() -> None:
   parser.add_argument('--split', default='test_multi30k')
   parser.add_argument('--n', type=int, default=100, help='inputs (the first N of the split)')
   parser.add_argument('--temperatures', type=float, nargs='+', default=[0.0, 1.0])
+  parser.add_argument('--truncations', nargs='*', default=['40,1', '0,0.9'], metavar='K,P',
+                      help='top_k,top_p pairs also run at temperature 1 (default: top_k 40, '
+                           'top_p 0.9); none to skip')
   parser.add_argument('--gamma_max', type=int, default=8, help='largest gamma best_gamma tries')
   parser.add_argument('--gammas', type=int, nargs='*', default=[1, 2, 3, 5],
                       help='gammas also timed, for the speedup-vs-gamma plot')
@@ -58,7 +71,8 @@ def main() -> None:
       task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),
       gamma_max=args.gamma_max, gammas=tuple(args.gammas), max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, batch_size=args.batch_size, repeats=args.repeats,
-      num_steps=args.num_steps, seed=args.seed, t5x_baseline=args.baseline == 't5x')
+      num_steps=args.num_steps, seed=args.seed, t5x_baseline=args.baseline == 't5x',
+      truncations=tuple(map(_truncation, args.truncations)))
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, draft_name, settings, target_name=pathlib.Path(args.target_config).stem)
 

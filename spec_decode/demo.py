@@ -13,7 +13,8 @@ slower than float32 on CPUs without native bf16).
 
   python -m spec_decode.demo            # the short Table 2 on this machine
 
-measures c, c_first and r(K), alpha at temperature 0 and 1, chooses gamma by
+measures c, c_first and r(K), alpha at temperature 0 and 1 (and at 1 with
+top_k 40 and with top_p 0.9), chooses gamma by
 eq. (5) with the measured r and c_first, times the baseline and speculative decoding at batch 1 on
 the first Multi30k test sentences and prints the walltime table; the full
 report (Markdown, CSV, plots) goes to --out_dir.
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
 
   settings = experiments.WalltimeSettings(
       task='demo_ende', split='test_multi30k', n=args.n, temperatures=(0.0, 1.0),
-      gamma_max=7, gammas=(), max_decode_len=64, repeats=args.repeats, num_steps=32)
+      gamma_max=7, gammas=(), max_decode_len=64, repeats=args.repeats, num_steps=32,
+      truncations=((40, 1.0), (0, 0.9)))
   target, draft = load('target'), load_draft(args.draft)
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, args.draft, settings)

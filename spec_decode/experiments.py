@@ -117,6 +117,8 @@ class WalltimeSettings:
     num_steps: steps per timed loop for c and r(K).
     seed: PRNG seed (input i uses fold_in(key(seed), i)).
     t5x_baseline: also time T5X's `decoding.temperature_sample` (needs t5x).
+    truncations: (top_k, top_p) pairs also run at temperature 1, e.g.
+      ((40, 1.0), (0, 0.9)): top-k 40, and nucleus 0.9.
   """
 
   task: str = 'demo_ende'
@@ -132,6 +134,12 @@ class WalltimeSettings:
   num_steps: int = 64
   seed: int = 0
   t5x_baseline: bool = False
+  truncations: Sequence[tuple[int, float]] = ()
+
+  def sampling_settings(self) -> list[tuple[float, int, float]]:
+    """(temperature, top_k, top_p) of every walltime table row group."""
+    return ([(float(t), 0, 1.0) for t in self.temperatures]
+            + [(1.0, int(k), float(p)) for k, p in self.truncations])
 
 
 def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name: str,
@@ -152,20 +160,21 @@ def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name
         f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
   alpha_rows, walltime_rows = [], []
-  for temperature in s.temperatures:
-    sampling = sampling_lib.SamplingParams.create(temperature)
+  for temperature, top_k, top_p in s.sampling_settings():
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = sampling_lib.SamplingParams.create(**knobs)
     tokens, lengths = measure.generate_sequences(
         target, inputs, sampling=sampling, max_decode_len=s.max_decode_len, rng=rng,
         batch_size=s.batch_size, progress=True)
     stats = measure.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
                                   batch_size=s.batch_size)
-    alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name,
-                           temperature=temperature, **stats.row()))
+    alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name, **knobs,
+                           **stats.row()))
     best, predicted = theory.best_gamma(stats.alpha, times.c, s.gamma_max, times.r,
                                         times.c_first)
     best = int(best)
-    print(f'T={temperature:g}: alpha {stats.alpha:.4f}, best gamma {best} (predicted '
-          f'{float(predicted):.2f}X)', file=sys.stderr)
+    print(f'{report.knobs_label(knobs)}: alpha {stats.alpha:.4f}, best gamma {best} '
+          f'(predicted {float(predicted):.2f}X)', file=sys.stderr)
 
     gammas = sorted(set(s.gammas) | {best})
     decoders = {'baseline': measure.baseline_decoder(
@@ -185,7 +194,7 @@ def walltime_experiment(target: models.T5Model, draft: measure.Draft, draft_name
             file=sys.stderr)
     quality = {name: _quality(s.task, references, out.tokens) for name, out in decoded.items()}
     for g in gammas:
-      row = dict(task=s.task, draft=draft_name, temperature=temperature, chosen=g == best,
+      row = dict(task=s.task, draft=draft_name, **knobs, chosen=g == best,
                  **measure.summarize(baseline, decoded[f'gamma={g}'], gamma=g, alpha=stats.alpha,
                                      times=times))
       row['metrics'] = ' '.join(quality['baseline'])

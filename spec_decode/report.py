@@ -4,10 +4,12 @@ Results are plain records (dicts of numbers and strings), as
 `spec_decode.measure` makes them, so a report can be rebuilt from
 results.json without a model:
 
-  alpha rows (Table 3): task, target, draft, temperature and the keys of
+  alpha rows (Table 3): task, target, draft, temperature (top_k, top_p
+    optional: 0 and 1 when absent) and the keys of
     `measure.AlphaStats.row` (alpha, stderr, std, sequences, positions,
     q10 .. q90 of the per-sequence alpha).
-  walltime rows (Table 2): task, draft, temperature, chosen (the gamma
+  walltime rows (Table 2): task, draft, temperature, top_k, top_p (as
+    above), chosen (the gamma
     picked by theory.best_gamma, as opposed to a sweep point), the keys of
     `measure.summarize`, and optionally metrics (space-separated names, e.g.
     'bleu') with `<name>_baseline` and `<name>_speculative` for each.
@@ -15,7 +17,7 @@ results.json without a model:
 
 Files: report.md, results.json, table3_alpha.csv, table2_walltime.csv,
 r_vs_k.png, speedup_vs_gamma_<group>.png and tokens_per_call_<group>.png per
-(task, draft, temperature) group.
+(task, draft, sampling knobs) group.
 """
 
 import csv
@@ -52,13 +54,23 @@ def write_csv(path: pathlib.Path, rows: Sequence[Row]) -> None:
                        for k, v in row.items()})
 
 
-def _group(row: Row) -> tuple[str, str, float]:
-  return row['task'], row['draft'], row['temperature']
+def knobs_label(row: Row) -> str:
+  """'T=1', 'T=1 top_k=40', 'T=1 top_p=0.9': a row's sampling knobs."""
+  label = f'T={row["temperature"]:g}'
+  if row.get('top_k', 0) > 0:
+    label += f' top_k={row["top_k"]}'
+  if row.get('top_p', 1.0) < 1.0:
+    label += f' top_p={row["top_p"]:g}'
+  return label
 
 
-def _slug(group: tuple[str, str, float]) -> str:
-  task, draft, temperature = group
-  return re.sub(r'[^A-Za-z0-9_.-]+', '-', f'{task}_{draft}_T{temperature:g}')
+def _group(row: Row) -> tuple[str, str, str]:
+  return row['task'], row['draft'], knobs_label(row)
+
+
+def _slug(group: tuple[str, str, str]) -> str:
+  task, draft, knobs = group
+  return re.sub(r'[^A-Za-z0-9_.-]+', '-', f'{task}_{draft}_{knobs.replace("=", "")}')
 
 
 def _quality(row: Row) -> str:
@@ -77,7 +89,7 @@ ALPHA_COLUMNS: tuple[Column, ...] = (
     ('task', lambda r: r['task']),
     ('target', lambda r: r['target']),
     ('draft', lambda r: r['draft']),
-    ('T', lambda r: f'{r["temperature"]:g}'),
+    ('sampling', knobs_label),
     ('alpha ± s.e.', lambda r: f'{r["alpha"]:.3f} ± {r["stderr"]:.3f}'),
     ('std of beta', lambda r: f'{r["std"]:.3f}'),
     ('per-sequence alpha q10 / q50 / q90',
@@ -88,12 +100,13 @@ ALPHA_COLUMNS: tuple[Column, ...] = (
 WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('task', lambda r: r['task']),
     ('draft', lambda r: r['draft']),
-    ('T', lambda r: f'{r["temperature"]:g}'),
+    ('sampling', knobs_label),
     ('gamma', lambda r: str(r['gamma'])),
     ('alpha', lambda r: f'{r["alpha"]:.3f}'),
     ('c (first)', lambda r: f'{r["c"]:.3f} ({r["c_first"]:.3f})'),
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
     ('predicted (r, c_first)', lambda r: f'{r["predicted_speedup"]:.2f}X'),
+    ('measured / predicted', lambda r: f'{r["measured_speedup"] / r["predicted_speedup"]:.2f}'),
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
     ('tokens/call (eq. (1))',
      lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f})'),
@@ -103,7 +116,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
 SWEEP_COLUMNS: tuple[Column, ...] = (
     WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
     ('chosen', lambda r: 'yes' if r['chosen'] else ''),
-) + WALLTIME_COLUMNS[6:10]
+) + WALLTIME_COLUMNS[6:11]
 BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
     ('baseline ms/token', lambda r: f'{r["baseline_token_ms"]:.3f}'),
     ('target step ms', lambda r: f'{r["target_step_ms"]:.3f}'),
@@ -182,7 +195,7 @@ def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[f
           markersize=12, label='best_gamma')
   ax.axhline(1.0, color='gray', linewidth=0.8)
   ax.set(xlabel='gamma', ylabel='walltime speedup', xticks=gammas,
-         title=f'{rows[0]["task"]}, {rows[0]["draft"]}, T = {rows[0]["temperature"]:g}\n'
+         title=f'{rows[0]["task"]}, {rows[0]["draft"]}, {knobs_label(rows[0])}\n'
                f'alpha = {alpha:.2f}, c = {c:.2f}, c_first = {c_first:.2f}')
   ax.title.set_fontsize(9)
   ax.legend(fontsize=8)
@@ -203,7 +216,7 @@ def plot_tokens_per_call(path: pathlib.Path, row: Row) -> None:
   ax.plot(k, theory.tokens_per_call_distribution(row['alpha'], gamma), 'ko-',
           label=f'theory, alpha = {row["alpha"]:.2f}')
   ax.set(xlabel='tokens per target call', ylabel='fraction of target calls', xticks=k,
-         title=f'{row["task"]}, {row["draft"]}, T = {row["temperature"]:g}, gamma = {gamma}')
+         title=f'{row["task"]}, {row["draft"]}, {knobs_label(row)}, gamma = {gamma}')
   ax.title.set_fontsize(9)
   ax.legend(fontsize=8)
   fig.tight_layout()

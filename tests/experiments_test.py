@@ -11,6 +11,7 @@ from spec_decode import drafts
 from spec_decode import experiments
 from spec_decode import measure
 from spec_decode import models
+from spec_decode import report
 from spec_decode.t5 import t5_1_1
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
@@ -104,6 +105,17 @@ def test_walltime_experiment_times_a_draft_provider(target):
   assert walltime_rows[0]['gamma'] == 1 and walltime_rows[0]['identical'] == 1.0
   # A prompt-lookup draft costs next to nothing: its measured c is clipped at 0 under noise.
   assert 0 <= timing['c'] < 1 and len(timing['r']) == 2
+
+
+def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):
+  settings = experiments.WalltimeSettings(n=2, temperatures=(0.0,), gamma_max=1, gammas=(),
+                                          max_input_len=32, max_decode_len=6, batch_size=2,
+                                          repeats=1, num_steps=2, truncations=((40, 1.0), (0, 0.9)))
+  alpha_rows, walltime_rows, _ = experiments.walltime_experiment(
+      target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
+  knobs = [(r['temperature'], r['top_k'], r['top_p']) for r in walltime_rows]
+  assert knobs == [(0.0, 0, 1.0), (1.0, 40, 1.0), (1.0, 0, 0.9)]
+  assert [report.knobs_label(r) for r in alpha_rows] == ['T=0', 'T=1 top_k=40', 'T=1 top_p=0.9']
 
 
 def test_every_local_task_has_a_metric():

@@ -39,6 +39,12 @@ WALLTIME_ROWS = [
 ]
 
 
+def test_knobs_label_names_the_truncation():
+  assert report.knobs_label(dict(temperature=0.0)) == 'T=0'
+  assert report.knobs_label(dict(temperature=1.0, top_k=40, top_p=1.0)) == 'T=1 top_k=40'
+  assert report.knobs_label(dict(temperature=1.0, top_k=0, top_p=0.9)) == 'T=1 top_p=0.9'
+
+
 def test_markdown_table():
   table = report.markdown_table([dict(a=1), dict(a=2)], [('A', lambda r: str(r['a']))])
   assert table.splitlines() == ['| A |', '| --- |', '| 1 |', '| 2 |']
@@ -59,11 +65,12 @@ def test_write_report_writes_every_file(tmp_path):
 
   md = (tmp_path / 'out' / 'report.md').read_text()
   assert md.startswith('# Tables\n\nsome notes')
-  assert ('| demo_ende | small | nano | 0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
+  assert ('| demo_ende | small | nano | T=0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
           '| 10 |') in md
-  assert ('| demo_ende | nano | 0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 2.10X | 2.20 (2.30) | yes '
+  assert ('| demo_ende | nano | T=0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 0.92 | 2.10X '
+          '| 2.20 (2.30) | yes '
           '| bleu 21.5 / 21.5 |') in md
-  assert '| demo_ende | nano | 1 | 2 | 0.750 | 0.050 (0.100) | 1.25X' in md and 'n/a (sampled)' in md
+  assert '| demo_ende | nano | T=1 | 2 | 0.750 | 0.050 (0.100) | 1.25X' in md and 'n/a (sampled)' in md
   assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 2.6000 | 1.300 |' in md
   assert '| 4 | 2.1000 | 2.4000 | 1.200 |' in md  # measured, then as used
   for name in names - {'report.md'}:
@@ -82,7 +89,7 @@ def test_alpha_only_report(tmp_path):
   paths = report.write_report(tmp_path, title='alpha', alpha_rows=ALPHA_ROWS)
   assert {p.name for p in paths} == {'report.md', 'results.json', 'table3_alpha.csv'}
   md = (tmp_path / 'report.md').read_text()
-  assert '| demo_ende | small | bigram | 1 | 0.310 ± 0.020 |' in md and 'Walltime' not in md
+  assert '| demo_ende | small | bigram | T=1 | 0.310 ± 0.020 |' in md and 'Walltime' not in md
 
 
 def test_greedy_mismatch_is_flagged(tmp_path):
