@@ -20,11 +20,13 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import drafts
 from spec_decode import sampling as sampling_lib
+from spec_decode import speculative
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
 
@@ -86,7 +88,8 @@ def _init_params(config: T5Config, rng: jax.Array) -> Any:
 
 def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
              max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-             prompt: jax.Array | None = None, eos_id: int = 1) -> decoding.DecodeOutput:
+             prompt: jax.Array | None = None, eos_id: int = 1,
+             check_finite: bool = False) -> decoding.DecodeOutput:
   """Baseline decoding: one model call per token, compiled.
 
   Args:
@@ -97,20 +100,27 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
     sampling: traced temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
+    check_finite: static; stop rows whose logits are not finite and flag them
+      in `nonfinite` (see decoding.DecodeOutput).
 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
+
+  Raises:
+    ValueError: inputs or prompt of the wrong shape or type, token ids
+      outside the vocabulary (when not traced), a bad max_decode_len.
   """
-  _check_inputs(encoder_input_tokens)
+  check_inputs(encoder_input_tokens, prompt, model.vocab_size)
   return _generate(model, encoder_input_tokens, rng, sampling, prompt,
-                   max_decode_len=max_decode_len, eos_id=eos_id)
+                   max_decode_len=decoding.check_size('max_decode_len', max_decode_len),
+                   eos_id=eos_id, check_finite=check_finite)
 
 
 def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, prompt: jax.Array | None = None,
-                         eos_id: int = 1) -> decoding.DecodeOutput:
+                         eos_id: int = 1, check_finite: bool = False) -> decoding.DecodeOutput:
   """Speculative decoding of target M_p with draft M_q, compiled.
 
   Both start from the same inputs (they share the vocabulary).
@@ -128,44 +138,82 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     lenience: traced l of Appendix A.5 in (0, 1]; 1 is exact.
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
+    check_finite: static; stop rows whose target or draft logits are not
+      finite and flag them in `nonfinite` (see decoding.DecodeOutput).
 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
+
+  Raises:
+    ValueError: as `generate`, and for a draft of another vocabulary size, a
+      bad gamma or a lenience outside (0, 1].
   """
   if target.vocab_size != draft.vocab_size:
     raise ValueError(
         f'draft vocab_size {draft.vocab_size} != target vocab_size {target.vocab_size}: '
         'speculative sampling needs a shared vocabulary')
-  _check_inputs(encoder_input_tokens)
-  if not isinstance(lenience, jax.core.Tracer) and not 0.0 < lenience <= 1.0:
-    raise ValueError(f'lenience must be in (0, 1], got {lenience}')
+  check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  speculative.check_lenience(lenience)
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt,
-                               lenience, gamma=gamma, max_decode_len=max_decode_len,
-                               eos_id=eos_id)
+                               lenience, gamma=decoding.check_size('gamma', gamma),
+                               max_decode_len=decoding.check_size('max_decode_len',
+                                                                  max_decode_len),
+                               eos_id=eos_id, check_finite=check_finite)
 
 
-def _check_inputs(encoder_input_tokens: jax.Array) -> None:
-  """Raises ValueError for encoder inputs the models cannot take."""
-  tokens = jnp.asarray(encoder_input_tokens)
-  if tokens.ndim != 2 or tokens.shape[1] == 0 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-    raise ValueError(f'encoder_input_tokens must be integer [B, S] with S >= 1, got '
-                     f'{tokens.dtype} {tokens.shape}')
+def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
+                 vocab_size: int) -> None:
+  """Raises ValueError for encoder inputs or a prompt the models cannot take.
+
+  Shapes and dtypes are always checked; token ids only when the arrays are
+  concrete (not traced): in [0, vocab_size), and in a prompt 0 only as
+  padding after a row's tokens.
+
+  Args:
+    encoder_input_tokens: [B, S] integer ids, 0 = padding.
+    prompt: None or [B, P] integer ids, left-aligned, 0-padded.
+    vocab_size: the models' vocabulary size.
+  """
+  arrays = {('encoder_input_tokens', 'S'): encoder_input_tokens}
+  if prompt is not None:
+    arrays['prompt', 'P'] = prompt
+  for (name, length), array in arrays.items():
+    shape, dtype = jnp.shape(array), jnp.result_type(array)
+    empty = len(shape) == 2 and not shape[1] and name != 'prompt'
+    if len(shape) != 2 or empty or not jnp.issubdtype(dtype, jnp.integer):
+      minimum = '' if name == 'prompt' else f' with {length} >= 1'
+      raise ValueError(f'{name} must be integer token ids [B, {length}]{minimum}, got {dtype} '
+                       f'{shape}')
+    if isinstance(array, jax.core.Tracer) or not array.size:
+      continue
+    ids = np.asarray(array)
+    if ids.min() < 0 or ids.max() >= vocab_size:
+      raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
+                       f'[0, {vocab_size})')
+  if prompt is not None and not isinstance(prompt, jax.core.Tracer) and jnp.size(prompt):
+    present = np.asarray(prompt) != 0
+    rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]
+    if rows.size:
+      raise ValueError(f'prompt row {rows[0]} holds 0 before a token: 0 is padding, allowed '
+                       'only after a row\'s last token')
 
 
-@functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id'))
-def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_len, eos_id):
+@functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id', 'check_finite'))
+def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_len, eos_id,
+              check_finite):
   step_fn, cache = model.start(encoder_input_tokens, decoding.cache_length(max_decode_len))
   return decoding.autoregressive_decode(step_fn, cache, max_decode_len=max_decode_len, rng=rng,
-                                        sampling=sampling, prompt=prompt, eos_id=eos_id)
+                                        sampling=sampling, prompt=prompt, eos_id=eos_id,
+                                        check_finite=check_finite)
 
 
-@functools.partial(jax.jit, static_argnames=('gamma', 'max_decode_len', 'eos_id'))
+@functools.partial(jax.jit, static_argnames=('gamma', 'max_decode_len', 'eos_id', 'check_finite'))
 def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
-                          *, gamma, max_decode_len, eos_id):
+                          *, gamma, max_decode_len, eos_id, check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
   return decoding.speculative_decode(
       target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
       max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
-      prompt=prompt, eos_id=eos_id)
+      prompt=prompt, eos_id=eos_id, check_finite=check_finite)

@@ -39,6 +39,7 @@ from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode import speculative
 from spec_decode.t5.config import T5Config
 
 DATA, MODEL = 'data', 'model'
@@ -261,42 +262,48 @@ def _input_shardings(model: ShardedT5Model, encoder_input_tokens, rng) -> tuple:
   return rows, _row_sharding(mesh, rules, rng), NamedSharding(mesh, PartitionSpec()), rows
 
 
-def _output_shardings(model: ShardedT5Model, batch: int,
-                      max_decode_len: int) -> decoding.DecodeOutput:
+def _output_shardings(model: ShardedT5Model, batch: int, max_decode_len: int,
+                      check_finite: bool) -> decoding.DecodeOutput:
   """out_shardings: per-row fields split, loop totals replicated."""
   rows = batch_sharding(model.mesh, model.rules, (batch,))
   replicated = NamedSharding(model.mesh, PartitionSpec())
   return decoding.DecodeOutput(
       tokens=batch_sharding(model.mesh, model.rules, (batch, max_decode_len)), lengths=rows,
       generated=rows, target_calls=rows, draft_calls=rows, accept_histogram=replicated,
-      loop_target_calls=replicated, loop_draft_calls=replicated)
+      loop_target_calls=replicated, loop_draft_calls=replicated,
+      nonfinite=rows if check_finite else None)
 
 
 def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
              max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-             prompt: jax.Array | None = None, eos_id: int = 1) -> decoding.DecodeOutput:
+             prompt: jax.Array | None = None, eos_id: int = 1,
+             check_finite: bool = False) -> decoding.DecodeOutput:
   """`models.generate` over the model's mesh.
 
   Args:
     model: the model M_p, laid out by `shard_model` or `load_model`.
     encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`.
-    rng, max_decode_len, sampling, prompt, eos_id: as `models.generate`.
+    rng, max_decode_len, sampling, prompt, eos_id, check_finite: as
+      `models.generate`.
 
   Returns:
     decoding.DecodeOutput, rows split over `data`.
   """
+  models.check_inputs(encoder_input_tokens, prompt, model.vocab_size)
+  max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
   in_shardings = (model.shardings(), *_input_shardings(model, encoder_input_tokens, rng))
-  jitted = jax.jit(_generate, static_argnums=(0, 1), in_shardings=in_shardings,
-                   out_shardings=_output_shardings(model, batch, max_decode_len))
-  return jitted(max_decode_len, eos_id, model, encoder_input_tokens, rng, sampling, prompt)
+  jitted = jax.jit(_generate, static_argnums=(0, 1, 2), in_shardings=in_shardings,
+                   out_shardings=_output_shardings(model, batch, max_decode_len, check_finite))
+  return jitted(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
+                prompt)
 
 
 def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, prompt: jax.Array | None = None,
-                         eos_id: int = 1) -> decoding.DecodeOutput:
+                         eos_id: int = 1, check_finite: bool = False) -> decoding.DecodeOutput:
   """`models.speculative_generate` over the models' mesh, each model by its rules.
 
   Args:
@@ -304,33 +311,39 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
     draft: the model M_q on the same mesh, usually by DATA_PARALLEL_RULES.
     encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`
       (by the target's rules).
-    rng, gamma, max_decode_len, sampling, lenience, prompt, eos_id: as
-      `models.speculative_generate`.
+    rng, gamma, max_decode_len, sampling, lenience, prompt, eos_id,
+      check_finite: as `models.speculative_generate`.
 
   Returns:
     decoding.DecodeOutput, rows split over `data`.
   """
   if draft.mesh != target.mesh:
     raise ValueError(f'the draft is on {draft.mesh}, the target on {target.mesh}: one mesh')
-  if not isinstance(lenience, jax.core.Tracer) and not 0.0 < lenience <= 1.0:
-    raise ValueError(f'lenience must be in (0, 1], got {lenience}')
+  models.check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  speculative.check_lenience(lenience)
+  gamma = decoding.check_size('gamma', gamma)
+  max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
   in_shardings = (target.shardings(), draft.shardings(),
                   *_input_shardings(target, encoder_input_tokens, rng),
                   NamedSharding(target.mesh, PartitionSpec()))
-  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2), in_shardings=in_shardings,
-                   out_shardings=_output_shardings(target, batch, max_decode_len))
-  return jitted(gamma, max_decode_len, eos_id, target, draft, encoder_input_tokens, rng, sampling,
-                prompt, lenience)
+  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3),
+                   in_shardings=in_shardings,
+                   out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))
+  return jitted(gamma, max_decode_len, eos_id, check_finite, target, draft, encoder_input_tokens,
+                rng, sampling, prompt, lenience)
 
 
-def _generate(max_decode_len, eos_id, model, encoder_input_tokens, rng, sampling, prompt):
+def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
+              prompt):
   return models.generate(model, encoder_input_tokens, rng, max_decode_len=max_decode_len,
-                         sampling=sampling, prompt=prompt, eos_id=eos_id)
+                         sampling=sampling, prompt=prompt, eos_id=eos_id,
+                         check_finite=check_finite)
 
 
-def _speculative_generate(gamma, max_decode_len, eos_id, target, draft, encoder_input_tokens, rng,
-                          sampling, prompt, lenience):
+def _speculative_generate(gamma, max_decode_len, eos_id, check_finite, target, draft,
+                          encoder_input_tokens, rng, sampling, prompt, lenience):
   return models.speculative_generate(
       target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, lenience=lenience, prompt=prompt, eos_id=eos_id)
+      sampling=sampling, lenience=lenience, prompt=prompt, eos_id=eos_id,
+      check_finite=check_finite)

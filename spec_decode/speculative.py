@@ -17,12 +17,22 @@ drafts are accepted and the output is no longer exactly p.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spec_decode import sampling
 
 # Residual mass below this is rounding noise: p and q agree, and the
 # (numerically possible) rejection falls back to p itself.
 _TINY = 1e-20
+
+
+def check_lenience(lenience: float | jax.Array) -> None:
+  """Raises ValueError unless lenience is a scalar in (0, 1]; a traced one passes unchecked."""
+  if isinstance(lenience, jax.core.Tracer):
+    return
+  value = np.asarray(lenience)
+  if value.shape or not np.issubdtype(value.dtype, np.number) or not 0 < value <= 1:
+    raise ValueError(f'lenience must be a number in (0, 1], got {lenience!r}')
 
 
 def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
@@ -41,7 +51,13 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
     n: [B] int32 number of accepted drafts, in 0..gamma.
     next_token: [B] int32 the target's own token at position n + 1 (residual
       sample after a rejection, bonus sample after a clean sweep).
+
+  Raises:
+    ValueError: shapes that do not fit together, a lenience outside (0, 1],
+      or (when not traced) draft ids outside the vocabulary.
   """
+  _check_shapes(drafts, q, p)
+  check_lenience(lenience)
   batch, gamma, vocab = q.shape
   accept_key, residual_key = jnp.moveaxis(jax.vmap(jax.random.split)(key), 1, 0)
 
@@ -66,3 +82,18 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
   residual = jnp.where(mass > _TINY, residual / jnp.where(mass > _TINY, mass, 1.0), p_n)
   next_token = sampling.sample(residual_key, residual)
   return n, next_token
+
+
+def _check_shapes(drafts: jax.Array, q: jax.Array, p: jax.Array) -> None:
+  """Raises ValueError unless drafts [B, gamma], q [B, gamma, V], p [B, gamma + 1, V]."""
+  if q.ndim != 3 or drafts.shape != q.shape[:2] or p.shape != (q.shape[0], q.shape[1] + 1,
+                                                                  q.shape[2]):
+    raise ValueError(f'accept_reject needs drafts [B, gamma], q [B, gamma, V] and p '
+                     f'[B, gamma + 1, V] (the bonus row last); got drafts {drafts.shape}, '
+                     f'q {q.shape}, p {p.shape}')
+  if not jnp.issubdtype(drafts.dtype, jnp.integer):
+    raise ValueError(f'drafts must be integer token ids, got {drafts.dtype}')
+  if not isinstance(drafts, jax.core.Tracer) and drafts.size:
+    ids = np.asarray(drafts)
+    if ids.min() < 0 or ids.max() >= q.shape[2]:
+      raise ValueError(f'draft ids must lie in [0, {q.shape[2]}), got {ids.min()}..{ids.max()}')

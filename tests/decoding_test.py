@@ -202,10 +202,57 @@ def test_bad_arguments_raise_clear_errors():
   with pytest.raises(ValueError, match='prompt of length 8 does not fit max_decode_len=8'):
     spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8,
          prompt=jnp.ones((2, 8), jnp.int32))
-  with pytest.raises(ValueError, match='lenience must be in'):
+  with pytest.raises(ValueError, match=r'lenience must be a number in \(0, 1\], got 0.0'):
     spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, lenience=0.0)
   with pytest.raises(ValueError, match='rng must be one key or 2 keys'):
     decoding.autoregressive_decode(target.step_fn, caches(target), max_decode_len=8,
                                    rng=jax.random.split(key, 3))
   with pytest.raises(ValueError, match='target cache holds 8 positions'):
     decoding.autoregressive_decode(target.step_fn, caches(target, 8), max_decode_len=8, rng=key)
+  with pytest.raises(ValueError, match='lenience must be a number in'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, lenience=np.float32(2.0))
+  with pytest.raises(ValueError, match='lenience must be a number in'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, lenience=jnp.asarray(5.0))
+  with pytest.raises(ValueError, match='prompt must hold integer token ids'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, prompt=jnp.ones((2, 2)))
+
+
+@pytest.mark.parametrize('gamma', [None, 2])
+def test_check_finite_stops_and_flags_rows_with_nonfinite_logits(gamma):
+  vocab, batch, max_len = 6, 16, 8
+  finite = stubs.TableModel.random(3, vocab)
+  poisoned = np.array(finite.table)
+  poisoned[:, 4] = np.nan  # feeding token 4 gives NaN logits
+  draft = stubs.TableModel.random(4, vocab) if gamma else None
+
+  @functools.partial(jax.jit, static_argnums=1)
+  def run(table, check_finite):  # one compile per check_finite, the table traced
+    target = stubs.TableModel(table)
+    capacity = decoding.cache_length(max_len, gamma or 0)
+    caches = lambda m: m.init_cache(batch, capacity)
+    kwargs = dict(max_decode_len=max_len, rng=jax.random.key(5), eos_id=EOS,
+                  sampling=sampling.SamplingParams.create(temperature=1.0),
+                  check_finite=check_finite)
+    if draft is None:
+      return decoding.autoregressive_decode(target.step_fn, caches(target), **kwargs)
+    return decoding.speculative_decode(target.step_fn, caches(target), draft.step_fn,
+                                       caches(draft), gamma=gamma, **kwargs)
+
+  clean = run(finite.table, False)
+  assert clean.nonfinite is None
+  checked_clean = run(finite.table, True)
+  assert not checked_clean.nonfinite.any()
+  np.testing.assert_array_equal(checked_clean.tokens, clean.tokens)
+
+  out = run(poisoned, True)
+  flagged = np.asarray(out.nonfinite)
+  unchecked = run(poisoned, False)
+  # Every emitted token but a row's last is fed to the target (the speculative
+  # loop also feeds it drafts it then rejects, so it may flag more rows).
+  fed_4 = np.array([4 in row[:length - 1] for row, length in zip(
+      np.asarray(unchecked.tokens), np.asarray(unchecked.lengths))])
+  assert fed_4.any() and np.all(flagged[fed_4])
+  if draft is None:
+    np.testing.assert_array_equal(flagged, fed_4)
+  np.testing.assert_array_equal(np.asarray(out.tokens)[~flagged],
+                                np.asarray(unchecked.tokens)[~flagged])

@@ -118,3 +118,26 @@ def test_rejects_mismatched_vocabularies_and_bad_inputs(pair):
   with pytest.raises(ValueError, match='prompt'):
     models.generate(target, _inputs(0, 1), jax.random.key(0), max_decode_len=4,
                     prompt=jnp.ones((1, 4), jnp.int32))
+  with pytest.raises(ValueError, match=r'encoder_input_tokens holds ids 0..9000, outside the '
+                     r'vocabulary \[0, 64\)'):
+    models.generate(target, np.where(np.arange(ENCODER_LEN) == 0, 9000, _inputs(0, 1)),
+                    jax.random.key(0), max_decode_len=MAX_DECODE_LEN)
+  with pytest.raises(ValueError, match=r'prompt holds ids 5..64, outside the vocabulary'):
+    models.generate(target, _inputs(0, 1), jax.random.key(0), max_decode_len=MAX_DECODE_LEN,
+                    prompt=np.array([[5, 64]], np.int32))
+  with pytest.raises(ValueError, match="prompt row 1 holds 0 before a token: 0 is padding"):
+    models.speculative_generate(target, target, _inputs(0, 2), jax.random.key(0), gamma=GAMMA,
+                                max_decode_len=MAX_DECODE_LEN,
+                                prompt=np.array([[5, 7, 0], [5, 0, 7]], np.int32))
+  with pytest.raises(ValueError, match=r'prompt must be integer token ids \[B, P\], got float32'):
+    models.generate(target, _inputs(0, 1), jax.random.key(0), max_decode_len=MAX_DECODE_LEN,
+                    prompt=np.array([[5.0, 7.5]], np.float32))
+  for name, value in (('gamma', 2.0), ('max_decode_len', 8.0), ('gamma', 0)):
+    kwargs = {'gamma': GAMMA, 'max_decode_len': MAX_DECODE_LEN, name: value}
+    with pytest.raises(ValueError, match=f'{name} must be an integer >= 1, got {value}'):
+      models.speculative_generate(target, target, _inputs(0, 1), jax.random.key(0), **kwargs)
+  for lenience in (np.float32(2.0), jnp.asarray(5.0)):
+    with pytest.raises(ValueError, match=r'lenience must be a number in \(0, 1\]'):
+      models.speculative_generate(target, target, _inputs(0, 1), jax.random.key(0), gamma=GAMMA,
+                                  max_decode_len=MAX_DECODE_LEN, lenience=lenience)
+

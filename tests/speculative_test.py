@@ -129,3 +129,19 @@ def test_zero_residual_falls_back_to_p():
   counts = np.bincount(np.asarray(y), minlength=3)
   assert counts[2] == 0
   assert stubs.chi_square_pvalue(counts, p[0]) > FALSE_POSITIVE_RATE
+
+
+def test_bad_arguments_raise_clear_errors():
+  key = jax.random.split(jax.random.key(0), 2)
+  q = jnp.full((2, 3, 5), 0.2)
+  p = jnp.full((2, 4, 5), 0.2)
+  drafts = jnp.zeros((2, 3), jnp.int32)
+  with pytest.raises(ValueError, match=r'p \[B, gamma \+ 1, V\] \(the bonus row last\)'):
+    speculative.accept_reject(key, drafts, q, p[:, :3])
+  with pytest.raises(ValueError, match=r'draft ids must lie in \[0, 5\), got 0..7'):
+    speculative.accept_reject(key, drafts.at[1, 2].set(7), q, p)
+  with pytest.raises(ValueError, match='drafts must be integer token ids'):
+    speculative.accept_reject(key, drafts.astype(jnp.float32), q, p)
+  for lenience in (np.float32(2.0), jnp.asarray(5.0), 0.0, float('nan'), jnp.ones(2)):
+    with pytest.raises(ValueError, match=r'lenience must be a number in \(0, 1\]'):
+      speculative.accept_reject(key, drafts, q, p, lenience)
