@@ -10,8 +10,11 @@ library functions take plain arguments and only entry points call `run`.
 """
 
 import argparse
+import difflib
 import logging
 import pathlib
+import re
+import signal
 import sys
 from typing import Any, Callable, Sequence
 
@@ -30,6 +33,25 @@ class ConfigError(ValueError):
   def __init__(self, message: str):
     super().__init__(message)
     self.message = message
+
+
+class Interrupted(Exception):
+  """SIGINT or SIGTERM arrived; `run` reports it and exits with 128 + signum.
+
+  Attributes:
+    signum: the signal number.
+    message: what the run had done, e.g. which output is incomplete.
+  """
+
+  def __init__(self, signum: int, message: str = ''):
+    self.signum = signum
+    self.message = message or f'interrupted by {signal.Signals(signum).name}'
+    super().__init__(self.message)
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+  del frame
+  raise Interrupted(signum)
 
 
 def parse_flags(argv: Sequence[str], prog: str, description: str,
@@ -58,8 +80,9 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str],
   """Parses gin files, then bindings; returns `fn` with gin's arguments.
 
   Raises:
-    ConfigError: a file not found, a syntax error, a bad binding, a required
-      macro left unbound or no binding of `fn`.
+    ConfigError: a file not found, a syntax error, a bad binding, a macro
+      binding no file reads, a required macro left unbound or no binding of
+      `fn`.
   """
   try:
     gin.parse_config_files_and_bindings(files, None, finalize_config=False)
@@ -73,6 +96,7 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str],
                         "--gin.NAME=\"'text'\")") from None
     except (ValueError, NameError, ImportError) as e:
       raise ConfigError(f'gin binding {binding!r}: {e}') from None
+  _check_macros_used(bindings)
   try:
     gin.finalize()
   except ValueError as e:
@@ -87,20 +111,63 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str],
     raise ConfigError(f'no gin file configures {fn.__module__}.{fn.__qualname__}') from None
 
 
+def _check_macros_used(bindings: Sequence[str]) -> None:
+  """Raises ConfigError for a `NAME = VALUE` binding that no binding refers to as %NAME.
+
+  Gin itself rejects unknown configurables and parameters, but a macro it
+  never reads (a misspelt TEMPRATURE, or MODEL_PARALLEL without
+  runs/sharded/mesh.gin) is silently a new, unused macro.
+  """
+  used = set()
+  # gin has no public view of its bindings; _CONFIG maps scoped names to them.
+  for reference in gin.config.iterate_references(gin.config._CONFIG):  # pylint: disable=protected-access
+    scope, _, selector = reference.scoped_selector.rpartition('/')
+    if selector == 'gin.macro':
+      used.add(scope)
+  for binding in bindings:
+    name = binding.partition('=')[0].strip()
+    if '.' in name or name in used:
+      continue
+    message = f'gin binding {binding!r}: no gin file uses the macro {name}'
+    close = difflib.get_close_matches(name, sorted(used), n=3)
+    users = _files_using(name)
+    if users:
+      message += ' (' + ' and '.join(f'--gin_file={path}' for path in users) + ' uses it)'
+    elif close:
+      message += f' (did you mean {" or ".join(close)}?)'
+    raise ConfigError(message)
+
+
+def _files_using(name: str) -> list[str]:
+  """This repository's gin files (relative to gin/) that read macro `name`."""
+  pattern = re.compile(rf'%{re.escape(name)}\b')
+  return sorted(str(path.relative_to(GIN_DIR)) for path in GIN_DIR.rglob('*.gin')
+                if pattern.search(path.read_text()))
+
+
 def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, description: str,
         example: str) -> int:
   """Parses the flags, calls gin-configured `fn`; returns the exit status.
 
-  A ConfigError prints `error: ...` on stderr and returns 1.
+  A ConfigError prints `error: ...` on stderr and returns 1; SIGINT and SIGTERM
+  raise Interrupted inside `fn`, which prints its message and returns
+  128 + the signal number.
   """
   args = parse_flags(sys.argv[1:] if argv is None else argv, prog, description, example)
   # gin logs an error for every search path a file is not in before the one it is in.
   logging.getLogger().addFilter(lambda r: not r.getMessage().startswith('Path not found: '))
   for path in [*args.gin_search_path, GIN_DIR]:
     gin.add_config_file_search_path(str(path))
+  handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
   try:
     parse_gin(args.gin_file, args.gin_bindings, fn)()
   except ConfigError as e:
     print(f'error: {e.message}', file=sys.stderr)
     return 1
+  except Interrupted as e:
+    print(f'error: {e.message}', file=sys.stderr)
+    return 128 + e.signum
+  finally:
+    for s, handler in handlers.items():
+      signal.signal(s, handler)
   return 0

@@ -31,14 +31,21 @@ with one compiled function, and writes one JSON record per example, in order:
                           draft
 
 Progress and a summary (compile time apart from decode time) go to stderr.
+
+Every setting, the vocabulary, the inputs and the output path are checked
+before any model is loaded; a bad one is an `error: ...` line naming it and
+exit status 1. Records go to `<OUTPUT_FILE>.incomplete`, renamed to
+OUTPUT_FILE once the last one is written (spec_decode.jsonl): a failed run
+(exit 1; NaN or infinite logits are a failure with CHECK_FINITE, the default)
+or an interrupted one (SIGINT or SIGTERM: exit 130 or 143) leaves no
+OUTPUT_FILE and says on stderr what the `.incomplete` file holds.
 """
 
-import dataclasses
 import functools
-import json
+import numbers
 import sys
 import time
-from typing import Any, Iterator, Sequence, TextIO
+from typing import Any, Iterator, Sequence
 
 from etils import epath
 import jax
@@ -48,28 +55,16 @@ import tqdm
 from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode import gin_utils
+from spec_decode import jsonl
 from spec_decode.gin_utils import ConfigError
+from spec_decode.jsonl import EOS_ID, Example, read_examples
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
 from spec_decode.t5.config import T5Config
 
-EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-  """One input line.
-
-  Attributes:
-    line: 1-based line number in the input file.
-    fields: the JSON record ({'inputs': text} for a plain text line).
-    tokens: the encoded inputs, EOS appended, at most max_input_len ids.
-  """
-
-  line: int
-  fields: dict[str, Any]
-  tokens: list[int]
+# T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
+VOCAB_PADDING = 128
 
 
 def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
@@ -78,20 +73,24 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           gamma: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
           lenience: float = 1.0, max_input_len: int = 512, truncate_inputs: bool = False,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
-          model_parallel: int = 0) -> dict[str, Any]:
+          model_parallel: int = 0, check_finite: bool = True) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
-  Parameters are loaded in each config's `param_dtype`.
+  Parameters are loaded in each config's `param_dtype`. The settings, the
+  vocabulary, the checkpoints' presence, the inputs and the output path are
+  all checked before any model is loaded.
 
   Args:
     target_config: the target model M_p.
     target_checkpoint: its T5X, Hugging Face or orbax checkpoint.
     vocabulary: a seqio.Vocabulary (encode, decode, vocab_size) shared by both
-      models, e.g. seqio.SentencePieceVocabulary.
+      models, e.g. seqio.SentencePieceVocabulary; the models' vocab_size is
+      its size, or that size padded up to a multiple of VOCAB_PADDING.
     draft_config: the draft model M_q; None decodes with the target alone.
     draft_checkpoint: its checkpoint; given exactly when draft_config is.
     input_file: text or JSONL path, '-' for stdin.
-    output_file: JSONL path, '-' for stdout.
+    output_file: JSONL path, '-' for stdout. Records go to
+      `<output_file>.incomplete`, renamed to output_file once all are in.
     input_prefix: prepended to every input, e.g. 'translate English to German: '.
     gamma: draft tokens per target call.
     temperature: 0 decodes greedily.
@@ -109,21 +108,21 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       devices as a (devices / n, n) mesh (spec_decode.sharding): the target's
       parameters split n ways (STANDARD_RULES), the draft's replicated
       (DATA_PARALLEL_RULES), batch rows split over the data axis.
+    check_finite: fail when a model returns a NaN or infinite logit, instead
+      of writing what such logits decode to.
 
   Returns:
     The summary printed to stderr, as a dict.
 
   Raises:
-    ConfigError: a bad setting, a missing file, mismatched vocabularies or an
-      over-long input.
+    ConfigError: a bad setting, a missing file, mismatched vocabularies, a bad
+      input line, an unwritable output, a failed write or non-finite logits.
+    gin_utils.Interrupted: SIGINT or SIGTERM (under `main`).
   """
   speculate = draft_config is not None or draft_checkpoint is not None
   if speculate and (draft_config is None or draft_checkpoint is None):
     raise ConfigError('a draft needs both draft_config and draft_checkpoint')
-  _check_sizes(batch_size=batch_size, max_input_len=max_input_len,
-               max_decode_len=max_decode_len, gamma=gamma)
-  if not 0.0 < lenience <= 1.0:
-    raise ConfigError(f'lenience must be in (0, 1], got {lenience}')
+  _check_settings(locals())
   try:
     sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
   except ValueError as e:
@@ -141,6 +140,28 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                            max_input_len=max_input_len, truncate=truncate_inputs)
   if not examples:
     raise ConfigError(f'no inputs in {input_file}')
+  out = jsonl.Output(output_file, input_file)
+  try:
+    summary = _run(out, examples, configs, paths, vocabulary, sampling, speculate=speculate,
+                   gamma=gamma, lenience=lenience, max_decode_len=max_decode_len,
+                   batch_size=batch_size, seed=seed, model_parallel=model_parallel,
+                   check_finite=check_finite)
+  except gin_utils.Interrupted as e:
+    raise gin_utils.Interrupted(e.signum, f'{e.message}: {out.abort(len(examples))}') from None
+  except OSError as e:  # A write failed, e.g. a full disk.
+    raise ConfigError(f'writing {output_file}: {e}; {out.abort(len(examples))}') from None
+  except ConfigError as e:
+    raise ConfigError(f'{e.message}; {out.abort(len(examples))}') from None
+  out.close()
+  _print_summary(summary, speculate, gamma)
+  return summary
+
+
+def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
+         paths: dict[str, str | None], vocabulary: Any, sampling: sampling_lib.SamplingParams,
+         *, speculate: bool, gamma: int, lenience: float, max_decode_len: int, batch_size: int,
+         seed: int, model_parallel: int, check_finite: bool) -> dict[str, Any]:
+  """Loads the models, compiles, decodes every batch into `out`; returns the summary."""
   mesh = _mesh(model_parallel, batch_size) if model_parallel else None
   target, draft = (_load(name, configs.get(name), paths[name], mesh)
                    for name in ('target', 'draft'))
@@ -148,109 +169,109 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
   batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
   decode = jax.jit(functools.partial(_decode, gamma=gamma, lenience=lenience,
-                                     max_decode_len=max_decode_len))
+                                     max_decode_len=max_decode_len, check_finite=check_finite))
   start = time.perf_counter()
   decode = decode.lower(target, draft, *batches[0][1:], sampling).compile()
   compile_s = time.perf_counter() - start
 
   decode_s, generated, target_calls, histogram = 0.0, 0, 0, 0
-  with _open_output(output_file) as out, tqdm.tqdm(
-      total=len(examples), unit='ex', file=sys.stderr, desc='decoding') as bar:
+  with tqdm.tqdm(total=len(examples), unit='ex', file=sys.stderr, desc='decoding') as bar:
     for index, (rows, tokens, rng) in enumerate(batches):
       start = time.perf_counter()
       result = jax.device_get(decode(target, draft, tokens, rng, sampling))
       walltime = time.perf_counter() - start
+      if result.nonfinite is not None and result.nonfinite[:len(rows)].any():
+        lines = [e.line for e, bad in zip(rows, result.nonfinite) if bad]
+        raise ConfigError(
+            f'input line(s) {", ".join(map(str, lines))}: a model returned NaN or infinite '
+            'logits (a checkpoint holding NaN/inf, or a compute dtype that overflows)')
+      records = []
       for b, example in enumerate(rows):
         record = _record(example, result, b, vocabulary)
         record.update(batch=index, batch_walltime_s=round(walltime, 6),
                       batch_accept_histogram=result.accept_histogram.tolist())
-        out.write(json.dumps(record, ensure_ascii=False) + '\n')
+        records.append(record)
         generated += record['generated_tokens']
         target_calls += record['target_calls']
-      out.flush()
+      out.write(records)
       decode_s += walltime
       histogram = histogram + result.accept_histogram
       bar.update(len(rows))
 
-  summary = dict(
+  return dict(
       examples=len(examples), batches=len(batches), batch_size=batch_size,
       compile_s=compile_s, decode_s=decode_s, examples_per_s=len(examples) / decode_s,
       generated_tokens=generated, tokens_per_s=generated / decode_s,
       tokens_per_target_call=generated / max(target_calls, 1),
       accept_histogram=histogram.tolist())
-  _print_summary(summary, speculate, gamma)
-  return summary
 
 
-def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
-                  truncate: bool = False) -> list[Example]:
-  """Reads and encodes the non-blank lines of a text or JSONL file.
-
-  A line that parses as a JSON object must have a string "inputs" field;
-  any other line is the input text itself.
-
-  Args:
-    path: the file, '-' for stdin.
-    vocabulary: a seqio.Vocabulary.
-    input_prefix: prepended to every input before encoding.
-    max_input_len: most tokens per input, EOS included.
-    truncate: cut longer inputs (as seqio's append_eos_after_trim) instead of
-      raising ConfigError.
-
-  Returns:
-    The examples in file order.
-  """
-  name = 'stdin' if path == '-' else path
-  examples = []
-  with _open_input(path) as f:
-    for line_number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      fields = _parse_line(line.rstrip('\r\n'))
-      if not isinstance(fields.get('inputs'), str):
-        raise ConfigError(f'{name} line {line_number}: a JSON input needs a string "inputs" '
-                          'field')
-      tokens = list(vocabulary.encode(input_prefix + fields['inputs'])) + [EOS_ID]
-      if len(tokens) > max_input_len:
-        if not truncate:
-          raise ConfigError(
-              f'{name} line {line_number}: input of {len(tokens)} tokens (EOS included) > '
-              f'max_input_len={max_input_len}; raise MAX_INPUT_LEN or set TRUNCATE_INPUTS = True')
-        tokens = tokens[:max_input_len - 1] + [EOS_ID]
-      examples.append(Example(line_number, fields, tokens))
-  return examples
+# What each setting of `infer` must be: gin passes whatever a binding says.
+_INTEGER, _NUMBER = 'an integer', 'a number'
+_SETTINGS = {
+    'target_config': (T5Config, 'a T5Config'), 'draft_config': ((T5Config, type(None)),
+                                                                 'a T5Config or None'),
+    'target_checkpoint': (str, 'a string'), 'draft_checkpoint': ((str, type(None)),
+                                                                 'a string or None'),
+    'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
+    'input_prefix': (str, 'a string'),
+    'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
+    **{name: (numbers.Integral, _INTEGER) for name in (
+        'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
+        'model_parallel')},
+    **{name: (numbers.Real, _NUMBER) for name in ('temperature', 'top_p', 'lenience')},
+}
 
 
-def _parse_line(line: str) -> dict[str, Any]:
-  """A JSON object line as is; any other line as {'inputs': line}."""
-  if line.lstrip().startswith('{'):
-    try:
-      fields = json.loads(line)
-    except json.JSONDecodeError:
-      fields = None
-    if isinstance(fields, dict):
-      return fields
-  return {'inputs': line}
-
-
-def _check_sizes(**sizes: int) -> None:
-  for name, value in sizes.items():
-    if not isinstance(value, int) or value < 1:
-      raise ConfigError(f'{name} must be an integer >= 1, got {value!r}')
+def _check_settings(settings: dict[str, Any]) -> None:
+  """Raises ConfigError naming the setting (and its gin macro) of a wrong value."""
+  for name, (types, wanted) in _SETTINGS.items():
+    value = settings[name]
+    numeric = wanted in (_INTEGER, _NUMBER)
+    if isinstance(value, types) and not (numeric and isinstance(value, bool)):
+      continue
+    hint = ''
+    if numeric and isinstance(value, str):
+      hint = f': numbers take no quotes, --gin.{name.upper()}={value}'
+    elif wanted.startswith('a string') and not isinstance(value, str):
+      hint = f': strings need quotes, --gin.{name.upper()}="\'{value}\'"'
+    raise ConfigError(f'{name} ({name.upper()} in gin) must be {wanted}, got {value!r} '
+                      f'({type(value).__name__}){hint}')
+  for name in ('batch_size', 'max_input_len', 'max_decode_len', 'gamma'):
+    if settings[name] < 1:
+      raise ConfigError(f'{name} must be an integer >= 1, got {settings[name]!r}')
+  if settings['model_parallel'] < 0:
+    raise ConfigError(f'model_parallel must be >= 0, got {settings["model_parallel"]}')
+  if not 0.0 < settings['lenience'] <= 1.0:
+    raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
 
 
 def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
-  """Raises ConfigError unless every model can embed every vocabulary id."""
+  """Raises ConfigError unless the models embed exactly the vocabulary's ids (padded).
+
+  The models' vocab_size must be the vocabulary's size, or that size padded up
+  to a multiple of VOCAB_PADDING as T5X pads embeddings: a smaller vocabulary
+  decodes ids it has no pieces for, a larger one feeds ids the models lack.
+  """
   model_file = getattr(vocabulary, 'sentencepiece_model_file', None)
   if model_file is not None and not epath.Path(model_file).exists():
     raise ConfigError(f'vocabulary file not found: {model_file}')
+  try:
+    size = vocabulary.vocab_size
+  except Exception as e:  # pylint: disable=broad-except; any loader error means a bad file
+    raise ConfigError(f'vocabulary file {model_file}: not a SentencePiece model '
+                      f'({type(e).__name__}: {str(e).splitlines()[0]})') from None
   sizes = {name: config.vocab_size for name, config in configs.items()}
   if len(set(sizes.values())) > 1:
     raise ConfigError(f'draft vocab_size {sizes["draft"]} != target vocab_size {sizes["target"]}: '
                       'speculative sampling needs a shared vocabulary')
-  if vocabulary.vocab_size > sizes['target']:
-    raise ConfigError(f'the vocabulary has {vocabulary.vocab_size} ids but the models\' '
-                      f'vocab_size is {sizes["target"]}: the wrong vocabulary for these models?')
+  padded = -(-size // VOCAB_PADDING) * VOCAB_PADDING
+  if not size <= sizes['target'] <= padded:
+    expected = str(size) if padded == size else f'{size}..{padded}'
+    raise ConfigError(
+        f'the vocabulary ({model_file or type(vocabulary).__name__}) has {size} ids but the '
+        f'models\' vocab_size is {sizes["target"]} (expected {expected}, the vocabulary padded '
+        f'to a multiple of {VOCAB_PADDING}): the wrong vocabulary for these models?')
 
 
 def _mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
@@ -296,18 +317,19 @@ def _batches(examples: list[Example], batch_size: int, input_len: int,
 
 def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
             rng: jax.Array, sampling: sampling_lib.SamplingParams, *, gamma: int,
-            lenience: float, max_decode_len: int) -> decoding.DecodeOutput:
+            lenience: float, max_decode_len: int, check_finite: bool) -> decoding.DecodeOutput:
   """Baseline decoding without a draft, speculative decoding with one."""
   lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
   if draft is None:
     return lib.generate(target, tokens, rng, max_decode_len=max_decode_len,
-                        sampling=sampling, eos_id=EOS_ID)
+                        sampling=sampling, eos_id=EOS_ID, check_finite=check_finite)
   return lib.speculative_generate(target, draft, tokens, rng, gamma=gamma,
                                   max_decode_len=max_decode_len, sampling=sampling,
-                                  lenience=lenience, eos_id=EOS_ID)
+                                  lenience=lenience, eos_id=EOS_ID, check_finite=check_finite)
 
 
-def _record(example: Example, result: decoding.DecodeOutput, b: int, vocabulary: Any) -> dict[str, Any]:
+def _record(example: Example, result: decoding.DecodeOutput, b: int,
+            vocabulary: Any) -> dict[str, Any]:
   """The output fields of row b of a batch's DecodeOutput (on the host)."""
   ids = result.tokens[b, :result.lengths[b]].tolist()
   generated, target_calls = int(result.generated[b]), int(result.target_calls[b])
@@ -327,20 +349,6 @@ def _print_summary(summary: dict[str, Any], speculate: bool, gamma: int) -> None
   if speculate:
     lines.append(f'accepted drafts 0..{gamma} (iterations): {summary["accept_histogram"]}')
   print('\n'.join(lines), file=sys.stderr)
-
-
-def _open_input(path: str) -> TextIO:
-  if path == '-':
-    return open(sys.stdin.fileno(), encoding='utf-8', closefd=False)
-  if not epath.Path(path).exists():
-    raise ConfigError(f'input file not found: {path}')
-  return epath.Path(path).open('r', encoding='utf-8')
-
-
-def _open_output(path: str) -> TextIO:
-  if path == '-':
-    return open(sys.stdout.fileno(), 'w', encoding='utf-8', closefd=False)
-  return epath.Path(path).open('w', encoding='utf-8')
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -165,8 +165,11 @@ def test_json_input_without_inputs_field(tmp_path):
 
 
 @pytest.mark.parametrize('draft_vocab, vocabulary_size, message', [
-    (128, 256, 'the vocabulary has 256 ids but the models\' vocab_size is 128'),
+    (128, 256, r"the vocabulary \(_CharVocabulary\) has 256 ids but the models' vocab_size is "
+               r'128 \(expected 256, '),
     (64, 100, 'draft vocab_size 64 != target vocab_size 128'),
+    # 100 ids padded to 128 fit the models: the check moves on to the checkpoints.
+    (128, 100, 'target checkpoint: no checkpoint at unused'),
 ])
 def test_vocabulary_mismatch(draft_vocab, vocabulary_size, message):
   vocabulary = _CharVocabulary()

@@ -1,0 +1,181 @@
+"""The files of `infer`: input lines in, JSON records out, complete or clearly not.
+
+Input: one example per line, UTF-8, plain text or a JSON object with a string
+"inputs" field (blank lines skipped). Output: one JSON record per example,
+written to `<output>.incomplete` and renamed to `<output>` only once every
+record is in; a run that fails or is interrupted leaves no `<output>`, and the
+records it did write stay in `<output>.incomplete`.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any, BinaryIO, TextIO
+
+from etils import epath
+
+from spec_decode.gin_utils import ConfigError
+
+EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
+INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is written
+
+# Fields every output record has; an input JSON field of these names would be lost.
+OUTPUT_FIELDS = ('line', 'output', 'output_ids', 'generated_tokens', 'target_calls',
+                 'draft_calls', 'tokens_per_target_call', 'batch', 'batch_walltime_s',
+                 'batch_accept_histogram')
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One input line.
+
+  Attributes:
+    line: 1-based line number in the input file.
+    fields: the JSON record ({'inputs': text} for a plain text line).
+    tokens: the encoded inputs, EOS appended, at most max_input_len ids.
+  """
+
+  line: int
+  fields: dict[str, Any]
+  tokens: list[int]
+
+
+def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
+                  truncate: bool = False) -> list[Example]:
+  """Reads and encodes the non-blank lines of a text or JSONL file.
+
+  A line that parses as a JSON object must have a string "inputs" field and
+  no field named as an output field (OUTPUT_FIELDS); any other line is the
+  input text itself.
+
+  Args:
+    path: the file, '-' for stdin.
+    vocabulary: a seqio.Vocabulary.
+    input_prefix: prepended to every input before encoding.
+    max_input_len: most tokens per input, EOS included.
+    truncate: cut longer inputs (as seqio's append_eos_after_trim) instead of
+      raising ConfigError.
+
+  Returns:
+    The examples in file order.
+
+  Raises:
+    ConfigError: a missing file, a line that is not UTF-8, a JSON object
+      without "inputs" or with an output field, an input over max_input_len.
+  """
+  name = 'stdin' if path == '-' else path
+  examples = []
+  with _open_input(path) as f:
+    for line_number, raw in enumerate(f, start=1):
+      where = f'{name} line {line_number}'
+      try:
+        line = raw.decode('utf-8')
+      except UnicodeDecodeError as e:
+        raise ConfigError(f'{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column '
+                          f'{e.start + 1})') from None
+      if not line.strip():
+        continue
+      fields = _parse_line(line.rstrip('\r\n'))
+      if not isinstance(fields.get('inputs'), str):
+        raise ConfigError(f'{where}: a JSON input needs a string "inputs" field')
+      clashes = [field for field in OUTPUT_FIELDS if field in fields]
+      if clashes:
+        raise ConfigError(f'{where}: the input field(s) {", ".join(map(repr, clashes))} would be '
+                          'overwritten by the output field of that name: rename them')
+      tokens = list(vocabulary.encode(input_prefix + fields['inputs'])) + [EOS_ID]
+      if len(tokens) > max_input_len:
+        if not truncate:
+          raise ConfigError(
+              f'{where}: input of {len(tokens)} tokens (EOS included) > '
+              f'max_input_len={max_input_len}; raise MAX_INPUT_LEN or set TRUNCATE_INPUTS = True')
+        tokens = tokens[:max_input_len - 1] + [EOS_ID]
+      examples.append(Example(line_number, fields, tokens))
+  return examples
+
+
+def _parse_line(line: str) -> dict[str, Any]:
+  """A JSON object line as is; any other line as {'inputs': line}."""
+  if line.lstrip().startswith('{'):
+    try:
+      fields = json.loads(line)
+    except json.JSONDecodeError:
+      fields = None
+    if isinstance(fields, dict):
+      return fields
+  return {'inputs': line}
+
+
+def _open_input(path: str) -> BinaryIO:
+  if path == '-':
+    return open(sys.stdin.fileno(), 'rb', closefd=False)
+  if not epath.Path(path).exists():
+    raise ConfigError(f'input file not found: {path}')
+  return epath.Path(path).open('rb')
+
+
+class Output:
+  """JSONL output that is complete or clearly not.
+
+  Records go to `<path>.incomplete` (opened at construction, so a bad path
+  fails before any model is loaded) and `close` renames it to `path`. `abort`
+  leaves `path` unwritten, removes an empty `.incomplete` file and says where
+  the records written so far are. With path '-' records go to stdout.
+
+  Attributes:
+    path: the output path, '-' for stdout.
+    records: records written so far.
+  """
+
+  def __init__(self, path: str, input_file: str):
+    self.path, self.records = path, 0
+    if path == '-':
+      self._file: TextIO = open(sys.stdout.fileno(), 'w', encoding='utf-8', closefd=False)
+      return
+    target = epath.Path(path)
+    if target.is_dir():
+      raise ConfigError(f'output file {path} is a directory')
+    if not target.parent.exists():
+      raise ConfigError(f'output file {path}: the directory {target.parent} does not exist')
+    if input_file != '-' and _same_file(input_file, path):
+      raise ConfigError(f'output file {path} is the input file: it would be overwritten')
+    self._partial = epath.Path(path + INCOMPLETE)
+    try:
+      self._file = self._partial.open('w', encoding='utf-8')
+    except OSError as e:
+      raise ConfigError(f'output file {path}: cannot write {self._partial}: {e}') from None
+
+  def write(self, records: list[dict[str, Any]]) -> None:
+    """Appends whole records and flushes them."""
+    self._file.write(''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in records))
+    self._file.flush()
+    self.records += len(records)
+
+  def close(self) -> None:
+    """Every record is written: `<path>.incomplete` becomes `path`."""
+    self._file.close()
+    if self.path != '-':
+      self._partial.replace(epath.Path(self.path))
+
+  def abort(self, total: int) -> str:
+    """Closes the unfinished output; returns a sentence saying what it holds."""
+    try:
+      self._file.close()
+    except OSError:
+      pass  # A full disk fails the flush again; what reached the file stays.
+    done = f'{self.records} of {total} records'
+    if self.path == '-':
+      return f'stdout holds only the first {done}'
+    if not self.records:
+      self._partial.unlink(missing_ok=True)
+      return f'nothing was written to {self.path}'
+    return (f'{self.path} was not written; the first {done} (the last line possibly cut) are '
+            f'in {self._partial}')
+
+
+def _same_file(a: str, b: str) -> bool:
+  """Whether paths a and b name one file (local paths resolved, others compared as text)."""
+  if '://' in a or '://' in b:
+    return a == b
+  return os.path.realpath(a) == os.path.realpath(b)
+

@@ -1,0 +1,159 @@
+"""Bad input to scripts/decode.py: a non-zero exit and a message naming the problem.
+
+Never an exit 0 with wrong output, and never a partial file under the output
+name. The one-line error cases run in one subprocess (tests/cli_driver.py);
+signals and a full disk get a scripts/decode.py process each.
+"""
+
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import pytest
+import sentencepiece
+
+from spec_decode import checkpoints
+from spec_decode import data
+from spec_decode import models
+from spec_decode.t5 import t5_1_1
+
+TESTS = pathlib.Path(__file__).resolve().parent
+SCRIPT = TESTS.parent / 'scripts' / 'decode.py'
+INPUTS = 'A man is riding a bicycle.\nTwo dogs play in the snow.\n'
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+  """Checkpoints (a tiny target, its NaN copy, a corrupt one), vocabularies, inputs, run files."""
+  d = tmp_path_factory.mktemp('cli')
+  target = models.T5Model.random(t5_1_1('tiny', vocab_size=8192), jax.random.key(0))
+  checkpoints.write_t5x(str(d / 'target'), target.params)
+  checkpoints.write_t5x(str(d / 'nan'), jax.tree.map(lambda x: x * float('nan'), target.params))
+  (d / 'corrupt').mkdir()
+  (d / 'corrupt' / 'checkpoint').write_bytes(b'not msgpack')  # loading it would fail
+  sentencepiece.SentencePieceTrainer.train(
+      input=str(data.DATA_DIR / 'multi30k_en_de' / 'val.en'), model_prefix=str(d / 'spm500'),
+      vocab_size=500, minloglevel=2)
+  (d / 'not_sentencepiece.model').write_text('not a model\n')
+  (d / 'inputs.txt').write_text(INPUTS)
+  (d / 'latin1.txt').write_bytes('First line.\nA caf\xe9 in Paris.\n'.encode('latin-1'))
+  (d / 'fields.jsonl').write_text('{"inputs": "A dog.", "line": 7, "batch": "b1"}\n')
+  (d / 'many.txt').write_text('A man is riding a bicycle.\n' * 2000)
+  for run in ('decode', 'baseline'):
+    lines = [
+        'from __gin__ import dynamic_registration', 'from spec_decode import t5',
+        f"include 'runs/{run}.gin'", "include 'models/tiny.gin'",
+        'TARGET_CONFIG = @tiny/t5.T5Config()', f"TARGET_CHECKPOINT = '{d / 'target'}'",
+        f"VOCABULARY_FILE = '{data.VOCAB_PATH}'", f"INPUT_FILE = '{d / 'inputs.txt'}'",
+        f"OUTPUT_FILE = '{d / 'out.jsonl'}'", 'MAX_INPUT_LEN = 24', 'MAX_DECODE_LEN = 8']
+    if run == 'decode':
+      lines += ['DRAFT_CONFIG = @tiny/t5.T5Config()', f"DRAFT_CHECKPOINT = '{d / 'target'}'"]
+    (d / f'{run}.gin').write_text('\n'.join(lines) + '\n')
+  return d
+
+
+# name: (flags after --gin_file=decode.gin, the message stderr must hold)
+CASES = {
+    'smaller_vocabulary': (["--gin.VOCABULARY_FILE='{d}/spm500.model'"],
+                           "the vocabulary ({d}/spm500.model) has 500 ids but the models' "
+                           'vocab_size is 8192 (expected 500..512'),
+    'misspelt_macro': (['--gin.TEMPRATURE=0.7'],
+                       'no gin file uses the macro TEMPRATURE (did you mean TEMPERATURE?)'),
+    'model_parallel_without_mesh': (['--gin.MODEL_PARALLEL=2'],
+                                    'no gin file uses the macro MODEL_PARALLEL '
+                                    '(--gin_file=runs/sharded/mesh.gin uses it)'),
+    'nan_logits': (["--gin.TARGET_CHECKPOINT='{d}/nan'"],
+                   'input line(s) 1, 2: a model returned NaN or infinite logits'),
+    # The corrupt checkpoint shows the output is checked before any model is loaded.
+    'missing_output_directory': (["--gin.OUTPUT_FILE='{d}/missing/out.jsonl'",
+                                  "--gin.TARGET_CHECKPOINT='{d}/corrupt'"],
+                                 'the directory {d}/missing does not exist'),
+    'output_under_a_file': (["--gin.OUTPUT_FILE='{d}/inputs.txt/out.jsonl'"],
+                            'output file {d}/inputs.txt/out.jsonl: cannot write'),
+    'output_is_input': (["--gin.OUTPUT_FILE='{d}/inputs.txt'"],
+                        'output file {d}/inputs.txt is the input file'),
+    'not_utf8': (["--gin.INPUT_FILE='{d}/latin1.txt'"],
+                 '{d}/latin1.txt line 2: not UTF-8 text (byte 0xe9 at column 6)'),
+    'not_sentencepiece': (["--gin.VOCABULARY_FILE='{d}/not_sentencepiece.model'"],
+                          'vocabulary file {d}/not_sentencepiece.model: not a SentencePiece model'),
+    'quoted_number': (["--gin.TEMPERATURE='0.7'"],
+                      "temperature (TEMPERATURE in gin) must be a number, got '0.7' (str): "
+                      'numbers take no quotes'),
+    'float_seed': (['--gin.SEED=1.5'], 'seed (SEED in gin) must be an integer, got 1.5'),
+    'float_gamma': (['--gin.GAMMA=2.0'], 'gamma (GAMMA in gin) must be an integer, got 2.0'),
+    'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
+                               "line 1: the input field(s) 'line', 'batch' would be overwritten"),
+}
+
+
+@pytest.fixture(scope='module')
+def results(files, tmp_path_factory):
+  cases = {name: [f'--gin_file={files / "decode.gin"}', *(f.format(d=files) for f in flags)]
+           for name, (flags, _) in CASES.items()}
+  path = tmp_path_factory.mktemp('driver') / 'cases.json'
+  path.write_text(json.dumps(cases))
+  run = subprocess.run([sys.executable, str(TESTS / 'cli_driver.py'), str(path)],
+                       capture_output=True, text=True, timeout=600, cwd=files)
+  assert run.returncode == 0, run.stderr
+  return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize('name', CASES)
+def test_bad_input_exits_1_naming_the_problem(name, files, results):
+  result = results[name]
+  assert result['rc'] == 1, result['stderr']
+  message = CASES[name][1].format(d=files)
+  assert any(line.startswith('error: ') and message in line
+             for line in result['stderr'].splitlines()), result['stderr']
+  assert 'Traceback' not in result['stderr']
+  assert not (files / 'out.jsonl').exists() and not (files / 'out.jsonl.incomplete').exists()
+
+
+def _decode_process(files, *flags, max_file_kb: int | None = None) -> subprocess.Popen:
+  """scripts/decode.py over baseline.gin, batches of 1; files up to max_file_kb KiB."""
+  command = [sys.executable, str(SCRIPT), f'--gin_file={files / "baseline.gin"}',
+             '--gin.BATCH_SIZE=1', *flags]
+  if max_file_kb is not None:  # SIGXFSZ ignored: a write past the limit fails with EFBIG.
+    command = ['bash', '-c', f'trap "" XFSZ; ulimit -f {max_file_kb}; exec "$@"', 'bash',
+               *command]
+  return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=files)
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_leaves_no_output_and_says_so(files, signum):
+  out = files / f'interrupted_{signum}.jsonl'
+  partial = pathlib.Path(f'{out}.incomplete')
+  process = _decode_process(files, f"--gin.INPUT_FILE='{files / 'many.txt'}'",
+                            f"--gin.OUTPUT_FILE='{out}'")
+  deadline = time.monotonic() + 240
+  while not (partial.exists() and partial.read_text().count('\n') >= 2):
+    assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+    time.sleep(0.01)
+  process.send_signal(signum)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 128 + signum, stderr
+  name = signal.Signals(signum).name
+  assert f'error: interrupted by {name}: {out} was not written; the first ' in stderr, stderr
+  assert ' of 2000 records (the last line possibly cut) are in ' in stderr
+  assert not out.exists()
+  records = partial.read_text().splitlines()
+  assert 2 <= len(records) < 2000
+  assert [json.loads(r)['line'] for r in records[:2]] == [1, 2]
+
+
+def test_full_disk_midway_leaves_no_output_and_says_so(files):
+  # A file size limit stands in for a full disk: the write fails midway.
+  out = files / 'full.jsonl'
+  (files / 'twenty.txt').write_text('A man is riding a bicycle.\n' * 20)
+  process = _decode_process(files, f"--gin.INPUT_FILE='{files / 'twenty.txt'}'",
+                            f"--gin.OUTPUT_FILE='{out}'", max_file_kb=2)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 1, stderr
+  assert f'error: writing {out}: [Errno 27] File too large; {out} was not written' in stderr
+  assert 'Traceback' not in stderr
+  assert not out.exists()
