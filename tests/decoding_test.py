@@ -19,21 +19,33 @@ EOS = 1
 
 def _decode(target, draft, *, batch, max_len, gamma, rng, params=None, prompt=None, eos_id=EOS,
             lenience=1.0):
-  """Jit-compiles and runs one loop; draft=None runs the baseline."""
+  """Runs one loop over stub models; draft=None runs the baseline.
+
+  The tables are traced arguments of one jitted function, so every call with
+  the same shapes and static settings reuses one compiled loop.
+  """
+  return _run(target.table, None if draft is None else draft.table, rng, params, prompt,
+              lenience, batch=batch, max_len=max_len, gamma=gamma, eos_id=eos_id)
+
+
+@functools.partial(jax.jit, static_argnames=('batch', 'max_len', 'gamma', 'eos_id'),
+                   compiler_options=stubs.OPTIMIZED)
+def _run(target_table, draft_table, rng, params, prompt, lenience, *, batch, max_len, gamma,
+         eos_id):
+  target = stubs.TableModel(target_table)
   capacity = decoding.cache_length(max_len, gamma)
+  if draft_table is None:
+    return decoding.autoregressive_decode(
+        target.step_fn, target.init_cache(batch, capacity), max_decode_len=max_len, rng=rng,
+        sampling=params, prompt=prompt, eos_id=eos_id)
+  draft = stubs.TableModel(draft_table)
+  return decoding.speculative_decode(
+      target.step_fn, target.init_cache(batch, capacity), draft.step_fn,
+      draft.init_cache(batch, capacity), gamma=gamma, max_decode_len=max_len, rng=rng,
+      sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience)
 
-  @functools.partial(jax.jit, static_argnames=())
-  def run(rng, params, prompt):
-    if draft is None:
-      return decoding.autoregressive_decode(
-          target.step_fn, target.init_cache(batch, capacity), max_decode_len=max_len, rng=rng,
-          sampling=params, prompt=prompt, eos_id=eos_id)
-    return decoding.speculative_decode(
-        target.step_fn, target.init_cache(batch, capacity), draft.step_fn,
-        draft.init_cache(batch, capacity), gamma=gamma, max_decode_len=max_len, rng=rng,
-        sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience)
 
-  return run(rng, params, prompt)
+_adjust = jax.jit(sampling.adjust)  # eager, its top-k/top-p bisection took seconds per call
 
 
 def _sequence_distribution(model, params, max_len, eos_id=EOS):
@@ -42,7 +54,7 @@ def _sequence_distribution(model, params, max_len, eos_id=EOS):
 
   def expand(prefix, prob):
     logits = jnp.asarray(model.next_logits(prefix))[None]
-    probs = np.asarray(sampling.adjust(logits, params))[0]
+    probs = np.asarray(_adjust(logits, params))[0]
     for token in np.flatnonzero(probs):
       seq = prefix + (int(token),)
       if token == eos_id or len(seq) == max_len:

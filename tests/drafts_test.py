@@ -46,7 +46,8 @@ def _encoder_inputs(rows: int, vocab: int, length: int, seed: int) -> np.ndarray
   return tokens
 
 
-@functools.partial(jax.jit, static_argnames=('target', 'gamma', 'max_len'))
+@functools.partial(jax.jit, static_argnames=('target', 'gamma', 'max_len'),
+                   compiler_options=stubs.OPTIMIZED)
 def _speculate(target, draft, encoder_inputs, rng, params=None, prompt=None, *, gamma, max_len):
   """The compiled loop with a stub target (static) and a draft provider."""
   capacity = decoding.cache_length(max_len, gamma)

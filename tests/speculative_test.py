@@ -30,7 +30,7 @@ def _distributions(seed, vocab, gamma, banned, params):
   return p, q
 
 
-@functools.partial(jax.jit, static_argnames='rows')
+@functools.partial(jax.jit, static_argnames='rows', compiler_options=stubs.OPTIMIZED)
 def _run(key, p, q, lenience, rows):
   """Drafts from q and verifies against p for `rows` independent rows."""
   draft_key, verify_key = jax.random.split(key)
