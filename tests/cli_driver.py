@@ -1,33 +1,74 @@
-"""Runs scripts/decode.py's `main` once per command line, in this one process.
+"""Runs scripts/decode.py's `main` once per case, all cases in this one process.
 
   python tests/cli_driver.py cases.json > results.json
 
-cases.json: {"name": [flag, ...], ...}. Prints {"name": {"rc": int,
-"stderr": str}, ...}. Each run starts from a clear gin config. One process for
-all the cases saves the ~10 s every decode.py process spends importing seqio
-(and TensorFlow); cli_test.py runs the cases that need a process of their own
-(signals, a file size limit) as scripts/decode.py itself.
+cases.json maps a case name to {"flags": [...]} and optionally
+  "signal": [signum, path, records]  send this process signum once the file
+                                     at path holds that many lines;
+  "max_file_bytes": n                files may not grow past n bytes (a full
+                                     disk: writes fail with EFBIG).
+Prints {"name": {"rc": int, "stderr": str}, ...}. Each case starts from a
+clear gin config. One process for all cases saves the ~10 s every decode.py
+process spends importing seqio (and TensorFlow); the signals are real ones,
+caught by the handlers `main` installs.
 """
 
 import contextlib
 import io
 import json
+import os
+import pathlib
+import resource
+import signal
 import sys
+import threading
 
 import gin
 
 from spec_decode import infer
 
 
+def _signal_when(signum: int, path: str, records: int) -> threading.Event:
+  """Sends this process signum once `path` has `records` lines, unless the returned event is set."""
+  stop = threading.Event()
+
+  def watch():
+    file = pathlib.Path(path)
+    while not (file.exists() and file.read_text().count('\n') >= records):
+      if stop.wait(0.005):
+        return
+    os.kill(os.getpid(), signum)
+
+  threading.Thread(target=watch, daemon=True).start()
+  return stop
+
+
+@contextlib.contextmanager
+def _file_size_limit(limit: int | None):
+  if limit is None:
+    yield
+    return
+  soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+  handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails, EFBIG
+  resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+  try:
+    yield
+  finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    signal.signal(signal.SIGXFSZ, handler)
+
+
 def main() -> None:
   with open(sys.argv[1], encoding='utf-8') as f:
     cases = json.load(f)
   results = {}
-  for name, flags in cases.items():
+  for name, case in cases.items():
     gin.clear_config()
+    stop = _signal_when(*case['signal']) if 'signal' in case else threading.Event()
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-      rc = infer.main(flags)
+    with contextlib.redirect_stderr(stderr), _file_size_limit(case.get('max_file_bytes')):
+      rc = infer.main(case['flags'])
+    stop.set()
     results[name] = {'rc': rc, 'stderr': stderr.getvalue()}
   json.dump(results, sys.stdout)
 
