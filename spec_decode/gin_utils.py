@@ -120,7 +120,8 @@ def _check_macros_used(bindings: Sequence[str]) -> None:
   """
   used = set()
   # gin has no public view of its bindings; _CONFIG maps scoped names to them.
-  for reference in gin.config.iterate_references(gin.config._CONFIG):  # pylint: disable=protected-access
+  bindings_so_far = gin.config._CONFIG  # pylint: disable=protected-access
+  for reference in gin.config.iterate_references(bindings_so_far):
     scope, _, selector = reference.scoped_selector.rpartition('/')
     if selector == 'gin.macro':
       used.add(scope)
