@@ -5,7 +5,7 @@ r"""Speculative decoding in batches on the bundled demo pair: where it stops pay
 
 The first --n Multi30k test sentences decoded in consecutive batches of each
 size by the target alone and by speculative decoding (rows advance
-independently; spec_decode.experiments): tokens/s of both, their ratio, alpha
+independently; spec_decode.harness.batch_sweep): tokens/s of both, their ratio, alpha
 and row utilisation. Writes batch_walltime.md, batch_walltime.csv and
 speedup_vs_batch.png to --out_dir.
 """
@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from spec_decode import demo
-from spec_decode import experiments
+from spec_decode.harness import batch_sweep
+from spec_decode.harness import experiments
 
 
 def main() -> None:
@@ -33,14 +34,14 @@ def main() -> None:
   parser.add_argument('--out_dir', default='out/batch_walltime')
   args = parser.parse_args()
 
-  settings = experiments.BatchSettings(
+  settings = batch_sweep.BatchSettings(
       n=args.n, batch_sizes=tuple(args.batch_sizes), temperatures=tuple(args.temperatures),
       gamma=args.gamma, max_decode_len=args.max_decode_len, repeats=args.repeats, seed=args.seed)
   target = demo.load('target')
   draft = demo.load_draft(args.draft, settings.task)
-  rows = experiments.batch_walltime_experiment(target, draft, args.draft, settings)
+  rows = batch_sweep.batch_walltime_experiment(target, draft, args.draft, settings)
   notes = f'Bundled demo pair, first {args.n} sentences.\n\n`python {" ".join(sys.argv)}`'
-  paths = experiments.write_batch_report(args.out_dir, rows, notes)
+  paths = batch_sweep.write_batch_report(args.out_dir, rows, notes)
   print(paths[0].read_text(encoding='utf-8'))
 
 

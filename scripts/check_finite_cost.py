@@ -20,9 +20,9 @@ import numpy as np
 
 from spec_decode import data
 from spec_decode import demo
-from spec_decode import measure
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import loading
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
 
   target, draft = demo.load('target'), demo.load('draft_small')
   examples = data.load_examples('demo_ende', 'test_multi30k', args.n)
-  inputs = measure.encode_texts([e['inputs'] for e in examples], 64)
+  inputs = loading.encode_texts([e['inputs'] for e in examples], 64)
   batches = [inputs[i:i + args.batch_size] for i in range(0, len(inputs), args.batch_size)]
   batches = [b for b in batches if len(b) == args.batch_size]  # one compiled shape
   keys = jax.random.split(jax.random.key(0), args.batch_size)

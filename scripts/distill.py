@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from spec_decode import distill
-from spec_decode import measure
+from spec_decode.harness import loading
 
 
 def parse_spec(spec: str) -> tuple[str, str, int | None]:
@@ -44,7 +44,7 @@ def main() -> None:
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
-  target = measure.load_model(args.config, args.checkpoint)
+  target = loading.load_model(args.config, args.checkpoint)
   for split, specs in (('train', args.train), ('validation', args.validation)):
     records = []
     for spec in specs:

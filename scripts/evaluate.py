@@ -17,9 +17,10 @@ import pathlib
 import jax
 
 from spec_decode import data
-from spec_decode import experiments
-from spec_decode import measure
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import acceptance
+from spec_decode.harness import experiments
+from spec_decode.harness import loading
 
 
 def main() -> None:
@@ -34,17 +35,17 @@ def main() -> None:
   parser.add_argument('--out', required=True, help='JSON file of the scores')
   args = parser.parse_args()
 
-  model = measure.load_model(args.config, args.checkpoint)
+  model = loading.load_model(args.config, args.checkpoint)
   scores = {}
   for spec in args.splits:
     task, _, split = spec.partition(':')
     examples = data.load_examples(task, split, args.n)
-    inputs = measure.encode_texts([e['inputs'] for e in examples], args.max_input_len)
-    tokens, lengths = measure.generate_sequences(
+    inputs = loading.encode_texts([e['inputs'] for e in examples], args.max_input_len)
+    tokens, lengths = acceptance.generate_sequences(
         model, inputs, sampling=sampling_lib.SamplingParams.create(),
         max_decode_len=args.max_decode_len, rng=jax.random.key(0),
         batch_size=args.batch_size, progress=True)
-    predictions = [measure.detokenize(row[:n]) for row, n in zip(tokens, lengths)]
+    predictions = [loading.detokenize(row[:n]) for row, n in zip(tokens, lengths)]
     scores[spec] = dict(n=len(examples), **experiments.METRICS[task](
         [e['targets'] for e in examples], predictions))
     scores[spec]['examples'] = [dict(inputs=e['inputs'], target=e['targets'], output=p)

@@ -24,8 +24,8 @@ import tqdm
 from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import demo
-from spec_decode import measure
 from spec_decode import models
+from spec_decode.harness import loading
 
 # name: (param_dtype, dtype)
 PRECISIONS = {'float32': ('float32', 'float32'),
@@ -48,7 +48,7 @@ def main() -> None:
   args = parser.parse_args()
 
   examples = data.load_examples('demo_ende', 'test_multi30k', args.n)
-  inputs = measure.encode_texts([e['inputs'] for e in examples], 64)
+  inputs = loading.encode_texts([e['inputs'] for e in examples], 64)
   batches = [inputs[i:i + args.batch_size] for i in range(0, len(inputs), args.batch_size)]
   key = jax.random.key(0)
   rows = []

@@ -26,10 +26,11 @@ import numpy as np
 
 from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import measure
 from spec_decode import models
-from spec_decode import report
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import loading
+from spec_decode.harness import report
+from spec_decode.harness import walltime
 
 
 def _hf_model(model: models.T5Model, directory: pathlib.Path):
@@ -74,19 +75,19 @@ def main() -> None:
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
-  target = measure.load_model(args.target_config, args.target_checkpoint)
-  draft = measure.load_model(args.draft_config, args.draft_checkpoint)
+  target = loading.load_model(args.target_config, args.target_checkpoint)
+  draft = loading.load_model(args.draft_config, args.draft_checkpoint)
   examples = data.load_examples(args.task, args.split, args.n)
-  padded = measure.encode_texts([e['inputs'] for e in examples], args.max_input_len)
+  padded = loading.encode_texts([e['inputs'] for e in examples], args.max_input_len)
   unpadded = [row[:np.count_nonzero(row)] for row in padded]
 
   greedy = sampling_lib.SamplingParams.create()
-  ours = measure.time_decoding({
-      'baseline': measure.baseline_decoder(target, max_decode_len=args.max_decode_len,
-                                           sampling=greedy),
-      'speculative': measure.speculative_decoder(target, draft, gamma=args.gamma,
-                                                 max_decode_len=args.max_decode_len,
-                                                 sampling=greedy),
+  ours = walltime.time_decoding({
+      'baseline': walltime.baseline_decoder(target, max_decode_len=args.max_decode_len,
+                                            sampling=greedy),
+      'speculative': walltime.speculative_decoder(target, draft, gamma=args.gamma,
+                                                  max_decode_len=args.max_decode_len,
+                                                  sampling=greedy),
   }, padded, jax.random.key(0), repeats=1, progress=True)
 
   with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@ r"""Lenience on the bundled demo pair: the paper's Table 5 (Appendix A.5).
       --out_dir out/lenience
 
 Every input decoded alone (batch 1) by the target and by speculative decoding
-at each lenience l, at temperature 1 (spec_decode.experiments): alpha from the
+at each lenience l, at temperature 1 (spec_decode.harness.lenience_sweep): alpha from the
 accepted drafts, tokens per target call, walltime speedup and BLEU. l < 1 is
 not exact (the report says so beside the table). Writes lenience.md and
 lenience.csv to --out_dir.
@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from spec_decode import demo
-from spec_decode import experiments
+from spec_decode.harness import experiments
+from spec_decode.harness import lenience_sweep
 
 
 def main() -> None:
@@ -32,14 +33,14 @@ def main() -> None:
   parser.add_argument('--out_dir', default='out/lenience')
   args = parser.parse_args()
 
-  settings = experiments.LenienceSettings(
+  settings = lenience_sweep.LenienceSettings(
       n=args.n, lenience=tuple(args.lenience), temperature=args.temperature, gamma=args.gamma,
       max_decode_len=args.max_decode_len, repeats=args.repeats, seed=args.seed)
   target = demo.load('target')
   draft = demo.load_draft(args.draft, settings.task)
-  rows = experiments.lenience_experiment(target, draft, args.draft, settings)
+  rows = lenience_sweep.lenience_experiment(target, draft, args.draft, settings)
   notes = f'Bundled demo pair, first {args.n} sentences.\n\n`python {" ".join(sys.argv)}`'
-  paths = experiments.write_lenience_report(args.out_dir, rows, notes)
+  paths = lenience_sweep.write_lenience_report(args.out_dir, rows, notes)
   print(paths[0].read_text(encoding='utf-8'))
 
 

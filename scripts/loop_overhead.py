@@ -10,7 +10,7 @@ none of it. Compare it with the target step time of `scripts/walltime.py`.
 
 import argparse
 
-from spec_decode import measure
+from spec_decode.harness import loop_costs
 
 
 def main() -> None:
@@ -28,8 +28,8 @@ def main() -> None:
   print('| gamma | ' + ' | '.join(f'T = {t:g}' for t in args.temperatures) + ' |')
   print('| --- |' + ' --- |' * len(args.temperatures))
   for gamma in args.gammas:
-    seconds = [measure.loop_work_time(gamma=gamma, temperature=t, vocab_size=args.vocab_size,
-                                      max_decode_len=args.max_decode_len)
+    seconds = [loop_costs.loop_work_time(gamma=gamma, temperature=t, vocab_size=args.vocab_size,
+                                         max_decode_len=args.max_decode_len)
                for t in args.temperatures]
     cells = [f'{1e3 * s:.3f}' for s in seconds]
     print(f'| {"baseline" if gamma == 0 else gamma} | ' + ' | '.join(cells) + ' |')

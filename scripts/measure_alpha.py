@@ -6,7 +6,7 @@ r"""Measures alpha = E[beta] of drafts against a target (the paper's Table 3).
 
 The target decodes the task's first N inputs (greedy at T = 0, sampled
 otherwise); one teacher-forced pass of each model over its outputs gives beta
-at every position (spec_decode.measure). Unigram/bigram table drafts are
+at every position (spec_decode.harness.acceptance). Unigram/bigram table drafts are
 estimated from the task's training targets. Writes report.md, table3_alpha.csv
 and results.json to --out_dir.
 """
@@ -20,9 +20,10 @@ import tqdm
 
 from spec_decode import data
 from spec_decode import drafts as drafts_lib
-from spec_decode import measure
-from spec_decode import report
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import acceptance
+from spec_decode.harness import loading
+from spec_decode.harness import report
 
 TABLE_ORDERS = {'unigram': 1, 'bigram': 2}
 
@@ -59,26 +60,26 @@ def main() -> None:
   if not args.draft_config and not args.tables:
     parser.error('no draft: give --draft_config/--draft_checkpoint or --tables')
 
-  target = measure.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
-  drafts = {pathlib.Path(spec).stem: measure.load_model(spec, path, args.vocab_size, args.dtype)
+  target = loading.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
+  drafts = {pathlib.Path(spec).stem: loading.load_model(spec, path, args.vocab_size, args.dtype)
             for spec, path in zip(args.draft_config, args.draft_checkpoint)}
   if args.tables:
-    stream = measure.target_token_stream(args.task, 'train', cache_dir=args.cache_dir)
+    stream = loading.target_token_stream(args.task, 'train', cache_dir=args.cache_dir)
     for name in args.tables:
       drafts[name] = drafts_lib.TableDraft.estimate(stream, target.config.vocab_size,
                                                     TABLE_ORDERS[name], args.add_k)
   examples = data.load_examples(args.task, args.split, args.n)
-  inputs = measure.encode_texts([e['inputs'] for e in examples], args.max_input_len)
+  inputs = loading.encode_texts([e['inputs'] for e in examples], args.max_input_len)
 
   rows = []
   for temperature in args.temperatures:
     sampling = sampling_lib.SamplingParams.create(temperature)
-    tokens, lengths = measure.generate_sequences(
+    tokens, lengths = acceptance.generate_sequences(
         target, inputs, sampling=sampling, max_decode_len=args.max_decode_len,
         rng=jax.random.key(args.seed), batch_size=args.batch_size, progress=True)
     for name, draft in tqdm.tqdm(drafts.items(), desc=f'alpha T={temperature:g}'):
-      stats = measure.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
-                                    batch_size=args.batch_size)
+      stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
+                                       batch_size=args.batch_size)
       rows.append(dict(task=args.task, target=pathlib.Path(args.target_config).stem, draft=name,
                        temperature=temperature, **stats.row()))
       tqdm.tqdm.write(f'T={temperature:g} {name}: alpha {stats.alpha:.4f} ± {stats.stderr:.4f} '

@@ -5,7 +5,7 @@ r"""Prints what the decoding loops cost on the bundled pair: fixed, per iteratio
 
 One interleaved run, batch 1, Multi30k test inputs decoded to exactly L tokens
 (no EOS) for two L, so that the line seconds = fixed + iterations * per_iteration
-(spec_decode.costs) splits each decoder's time into what every input pays once
+(spec_decode.harness.loop_costs) splits each decoder's time into what every input pays once
 and what each loop iteration costs, at T = 0, at T = 1, and at T = 1 with
 top_k 40 and with top_p 0.9. It prints:
 
@@ -25,12 +25,13 @@ import sys
 
 import jax
 
-from spec_decode import costs
 from spec_decode import data
 from spec_decode import decoding
 from spec_decode import demo
-from spec_decode import measure
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import loading
+from spec_decode.harness import loop_costs
+from spec_decode.harness import walltime
 
 KNOBS = {'T=0': dict(temperature=0.0), 'T=1': dict(temperature=1.0),
          'T=1 top_k=40': dict(temperature=1.0, top_k=40),
@@ -55,22 +56,22 @@ def main() -> None:
 
   target, draft = demo.load('target'), demo.load(args.draft)
   examples = data.load_examples('demo_ende', 'test_multi30k', args.n)
-  inputs = measure.encode_texts([e['inputs'] for e in examples], 64)
+  inputs = loading.encode_texts([e['inputs'] for e in examples], 64)
   rng = jax.random.key(0)
 
   decoders = {}
   for name, knobs in KNOBS.items():
     sampling = sampling_lib.SamplingParams.create(**knobs)
-    decoders[f'baseline {name}'] = costs.baseline(target, sampling)
-    decoders[f'speculative {name}'] = costs.speculative(target, draft, args.gamma, sampling)
+    decoders[f'baseline {name}'] = loop_costs.baseline(target, sampling)
+    decoders[f'speculative {name}'] = loop_costs.speculative(target, draft, args.gamma, sampling)
   if args.t5x_path:
     sys.path.insert(0, args.t5x_path)
     decoders['t5x T=0'] = _t5x_decoder(target)
-  loop = costs.measure_loop_costs(decoders, inputs, rng, lengths=args.lengths,
-                                  repeats=args.repeats)
+  loop = loop_costs.measure_loop_costs(decoders, inputs, rng, lengths=args.lengths,
+                                       repeats=args.repeats)
   capacity = decoding.cache_length(max(args.lengths), args.gamma)
-  draft_start = costs.start_time(draft, inputs, capacity=capacity)
-  target_start = costs.start_time(target, inputs, capacity=capacity)
+  draft_start = loop_costs.start_time(draft, inputs, capacity=capacity)
+  target_start = loop_costs.start_time(target, inputs, capacity=capacity)
 
   print(f'Bundled target + {args.draft}, gamma {args.gamma}, {args.n} Multi30k inputs, '
         f'L = {args.lengths}, batch 1, median of {args.repeats} (ms)\n')
@@ -88,7 +89,7 @@ def main() -> None:
   plain = None
   for (name, _), alpha in zip(KNOBS.items(), args.alphas):
     base, spec = loop[f'baseline {name}'], loop[f'speculative {name}']
-    speedup = costs.iteration_speedup(alpha, args.gamma, base, spec)
+    speedup = loop_costs.iteration_speedup(alpha, args.gamma, base, spec)
     plain = speedup if name == 'T=1' else plain
     print(f'| {name} | {1e3 * (spec.fixed_s - base.fixed_s):.2f} | {1.5e3 * draft_start:.2f} | '
           f'{base.iteration_s / loop["baseline T=1"].iteration_s:.3f} | '
@@ -100,15 +101,15 @@ def main() -> None:
           f'iteration (greedy): {ratio:.3f}')
 
 
-def _t5x_decoder(target) -> costs.LengthDecodeFn:
+def _t5x_decoder(target) -> loop_costs.LengthDecodeFn:
   """T5X's greedy temperature_sample over our step function, one jit per length."""
   by_length = {}
 
   def decode(x, key, length):
     if length not in by_length:
-      by_length[length] = measure.t5x_baseline_decoder(
+      by_length[length] = walltime.t5x_baseline_decoder(
           target, max_decode_len=length, sampling=sampling_lib.SamplingParams.create(),
-          eos_id=costs.NO_EOS)
+          eos_id=loop_costs.NO_EOS)
     return by_length[length](x, key)
 
   return decode

@@ -8,7 +8,7 @@ Per temperature (and at temperature 1 with each --truncations top_k,top_p pair):
 on the same inputs, gamma = theory.best_gamma(alpha, c, verify_cost=r), then
 every input decoded alone (batch 1) by the baseline and by speculative
 decoding at that gamma and at each --gammas, compile excluded, median over
---repeats (spec_decode.measure). Writes report.md, the CSVs, results.json and
+--repeats (spec_decode.harness). Writes report.md, the CSVs, results.json and
 the plots to --out_dir.
 """
 
@@ -18,9 +18,9 @@ import sys
 
 
 from spec_decode import data
-from spec_decode import experiments
-from spec_decode import measure
-from spec_decode import report
+from spec_decode.harness import experiments
+from spec_decode.harness import loading
+from spec_decode.harness import report
 
 
 def _truncation(text: str) -> tuple[int, float]:
@@ -64,8 +64,8 @@ def main() -> None:
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
-  target = measure.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
-  draft = measure.load_model(args.draft_config, args.draft_checkpoint, args.vocab_size, args.dtype)
+  target = loading.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
+  draft = loading.load_model(args.draft_config, args.draft_checkpoint, args.vocab_size, args.dtype)
   draft_name = pathlib.Path(args.draft_config).stem
   settings = experiments.WalltimeSettings(
       task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),

@@ -37,8 +37,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-import safetensors
-import safetensors.numpy
 import tensorstore as ts
 from flax import traverse_util
 
@@ -461,6 +459,8 @@ def _safe_open(file: str):
   """safe_open, with the names of truncated arrays in its error."""
   if not os.path.isfile(file):
     raise FileNotFoundError(f'no safetensors file {file}')
+  # Imported here: only Hugging Face checkpoints need it, and accelerator images may lack it.
+  import safetensors  # pylint: disable=g-import-not-at-top
   try:
     return safetensors.safe_open(file, framework='numpy')
   except safetensors.SafetensorError as e:
@@ -568,6 +568,7 @@ def write_hf(path: str, params: Params, config: T5Config, dtype=None) -> None:
     x = _cast(x, dtype)
     tensors[names[name]] = np.ascontiguousarray(x.T if _hf_transposed(name) else x)
   os.makedirs(path, exist_ok=True)
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top (see _safe_open)
   safetensors.numpy.save_file(tensors, os.path.join(path, _HF_FILE), metadata={'format': 'pt'})
   with open(os.path.join(path, 'config.json'), 'w') as f:
     json.dump(hf_config(config, dtype), f, indent=2)

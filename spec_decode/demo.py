@@ -27,9 +27,9 @@ import jax
 
 from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import experiments
 from spec_decode import models
-from spec_decode import report
+from spec_decode.harness import experiments
+from spec_decode.harness import report
 from spec_decode.t5.config import T5Config, t5_1_1
 
 MODELS_DIR = data.DATA_DIR / 'models'

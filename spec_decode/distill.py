@@ -22,9 +22,10 @@ import jax
 import numpy as np
 
 from spec_decode import data
-from spec_decode import measure
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import acceptance
+from spec_decode.harness import loading
 
 SPLITS = ('train', 'validation')
 
@@ -72,8 +73,8 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   """
   # Batches of similar input length finish decoding at similar steps.
   order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
-  inputs = measure.encode_texts([examples[i]['inputs'] for i in order], max_input_len)
-  sorted_tokens, sorted_lengths = measure.generate_sequences(
+  inputs = loading.encode_texts([examples[i]['inputs'] for i in order], max_input_len)
+  sorted_tokens, sorted_lengths = acceptance.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(temperature),
       max_decode_len=max_decode_len, rng=jax.random.key(seed), batch_size=batch_size,
       progress=progress)
@@ -81,8 +82,8 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   tokens[order], lengths[order] = sorted_tokens, sorted_lengths
   records = []
   for example, row, length in zip(examples, tokens, lengths):
-    if length and row[length - 1] == measure.EOS_ID:
-      records.append(dict(example, targets=measure.detokenize(row[:length])))
+    if length and row[length - 1] == loading.EOS_ID:
+      records.append(dict(example, targets=loading.detokenize(row[:length])))
   return records, len(examples) - len(records)
 
 

@@ -80,7 +80,7 @@ class TableDraft:
     """Add-k smoothed n-gram frequencies of a token stream.
 
     Args:
-      stream: [T] ids, sequences separated by EOS (`measure.target_token_stream`);
+      stream: [T] ids, sequences separated by EOS (`harness.loading.target_token_stream`);
         a sequence's first token follows BOS.
       vocab_size: V.
       order: 1 (unigram) or 2 (bigram).

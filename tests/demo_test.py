@@ -8,8 +8,8 @@ import pytest
 from spec_decode import data
 from spec_decode import demo
 from spec_decode import gin_utils
-from spec_decode import measure
 from spec_decode import models
+from spec_decode.harness import loading
 from spec_decode.t5 import T5Config
 
 
@@ -46,7 +46,7 @@ def test_bundled_checkpoints_load_in_float32(pair):
 def test_greedy_speculation_on_the_bundled_pair_equals_the_baseline(pair):
   target, draft = pair
   examples = data.load_examples('demo_ende', 'test_multi30k', 4)
-  inputs = measure.encode_texts([e['inputs'] for e in examples], 64)
+  inputs = loading.encode_texts([e['inputs'] for e in examples], 64)
   key = jax.random.split(jax.random.key(0), len(examples))
   base = models.generate(target, inputs, key, max_decode_len=32)
   spec = models.speculative_generate(target, draft, inputs, key, gamma=3, max_decode_len=32)

@@ -10,9 +10,10 @@ import seqio
 
 from spec_decode import data
 from spec_decode import distill
-from spec_decode import measure
 from spec_decode import tasks
 from spec_decode import train
+from spec_decode.harness import acceptance
+from spec_decode.harness import loading
 
 RECORDS = [
     {'inputs': 'translate English to German: A dog runs.', 'targets': 'Ein Hund rennt.',
@@ -34,21 +35,21 @@ def test_select_examples_is_a_seeded_subset_in_file_order():
 
 
 def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
-  hello = measure.tokenizer().encode('Hallo Welt')
+  hello = loading.tokenizer().encode('Hallo Welt')
   outputs = np.zeros((3, 8), np.int32)
-  outputs[0, :len(hello) + 1] = hello + [measure.EOS_ID]
+  outputs[0, :len(hello) + 1] = hello + [loading.EOS_ID]
   outputs[1, :] = 7  # ran out of length without EOS
-  outputs[2, 0] = measure.EOS_ID  # an empty output is still a finished one
+  outputs[2, 0] = loading.EOS_ID  # an empty output is still a finished one
   lengths = np.array([len(hello) + 1, 8, 1])
   # Decoded shortest input first, returned in the examples' order.
-  monkeypatch.setattr(measure, 'encode_texts', lambda texts, _: texts)
+  monkeypatch.setattr(loading, 'encode_texts', lambda texts, _: texts)
   decoded = []
 
   def generate_sequences(target, texts, **kwargs):
     decoded.append(texts)
     return outputs[[2, 0, 1]], lengths[[2, 0, 1]]
 
-  monkeypatch.setattr(measure, 'generate_sequences', generate_sequences)
+  monkeypatch.setattr(acceptance, 'generate_sequences', generate_sequences)
   examples = [dict(inputs='x' * n, targets='reference', source='s') for n in (2, 3, 1)]
   kept, dropped = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
                                            progress=False)
@@ -62,9 +63,9 @@ def test_distill_samples_at_the_given_temperature_and_seed(monkeypatch):
 
   def generate_sequences(target, texts, *, sampling, rng, **kwargs):
     calls.append((float(sampling.temperature), jax.random.key_data(rng).tolist()))
-    return np.array([[measure.EOS_ID]]), np.array([1])
+    return np.array([[loading.EOS_ID]]), np.array([1])
 
-  monkeypatch.setattr(measure, 'generate_sequences', generate_sequences)
+  monkeypatch.setattr(acceptance, 'generate_sequences', generate_sequences)
   example = [dict(inputs='x', targets='reference')]
   for temperature, seed in ((0.0, 0), (1.0, 5)):
     distill.distill_examples(None, example, max_input_len=16, max_decode_len=8,

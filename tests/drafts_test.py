@@ -11,9 +11,9 @@ import pytest
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import drafts
-from spec_decode import measure
 from spec_decode import models
 from spec_decode import sampling
+from spec_decode.harness import acceptance
 from spec_decode.t5 import t5_1_1
 from tests import stubs
 from tests.decoding_test import FALSE_POSITIVE_RATE, _outcome_counts, _sequence_distribution
@@ -255,5 +255,5 @@ def test_teacher_forced_logits_of_a_provider_are_its_steps():
   for i in range(5):
     logits, cache = step_fn(decoder_inputs[:, i:i + 1], cache)
     steps.append(logits)
-  np.testing.assert_array_equal(measure.teacher_forced_logits(draft, inputs, decoder_inputs),
+  np.testing.assert_array_equal(acceptance.teacher_forced_logits(draft, inputs, decoder_inputs),
                                 jnp.concatenate(steps, axis=1))

@@ -1,4 +1,4 @@
-"""Tests for spec_decode.experiments with tiny random T5 models (no timing assertions)."""
+"""Tests for the harness experiments with tiny random T5 models (no timing assertions)."""
 
 import csv
 
@@ -8,10 +8,12 @@ import pytest
 
 from spec_decode import data
 from spec_decode import drafts
-from spec_decode import experiments
-from spec_decode import measure
 from spec_decode import models
-from spec_decode import report
+from spec_decode.harness import batch_sweep
+from spec_decode.harness import experiments
+from spec_decode.harness import lenience_sweep
+from spec_decode.harness import loading
+from spec_decode.harness import report
 from spec_decode.t5 import t5_1_1
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
@@ -31,7 +33,7 @@ def test_alpha_from_histogram():
 
 
 def test_draft_provider_by_name(monkeypatch):
-  monkeypatch.setattr(measure, 'target_token_stream',
+  monkeypatch.setattr(loading, 'target_token_stream',
                       lambda task, split, cache_dir=None: np.array([5, 6, 1, 5, 7, 1]))
   bigram = experiments.draft_provider('bigram', 8)
   assert isinstance(bigram, drafts.TableDraft) and bigram.log_probs.shape == (8, 8)
@@ -44,29 +46,29 @@ def test_draft_provider_by_name(monkeypatch):
 
 def test_lenience_experiment_writes_table_5(target, tmp_path):
   draft = models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(1))
-  settings = experiments.LenienceSettings(n=2, lenience=(1.0, 0.3), gamma=2, max_input_len=32,
+  settings = lenience_sweep.LenienceSettings(n=2, lenience=(1.0, 0.3), gamma=2, max_input_len=32,
                                           max_decode_len=6, repeats=1)
-  rows = experiments.lenience_experiment(target, draft, 'nano', settings)
+  rows = lenience_sweep.lenience_experiment(target, draft, 'nano', settings)
   assert [r['lenience'] for r in rows] == [1.0, 0.3]
   assert [r['exact'] for r in rows] == [True, False]
   for row in rows:
     assert 0 <= row['alpha'] <= 1 and 1 <= row['tokens_per_call'] <= 3
     assert row['speedup'] > 0 and 'bleu_speculative' in row and len(row['accept_histogram']) == 3
-  md, csv_path = experiments.write_lenience_report(tmp_path, rows, notes='`the command`')
+  md, csv_path = lenience_sweep.write_lenience_report(tmp_path, rows, notes='`the command`')
   text = md.read_text()
-  assert '`the command`' in text and 'no (not p)' in text and experiments.LENIENCE_CAVEAT in text
+  assert '`the command`' in text and 'no (not p)' in text and lenience_sweep.LENIENCE_CAVEAT in text
   assert text.count('\n| ') == 2 + len(rows)  # header, rule, one line per l
   with open(csv_path) as f:
     assert [float(r['lenience']) for r in csv.DictReader(f)] == [1.0, 0.3]
   with pytest.raises(ValueError, match='lenience values'):
-    experiments.lenience_experiment(target, draft, 'nano',
-                                    experiments.LenienceSettings(lenience=(1.0, 0.0)))
+    lenience_sweep.lenience_experiment(target, draft, 'nano',
+                                    lenience_sweep.LenienceSettings(lenience=(1.0, 0.0)))
 
 
 def test_batch_walltime_experiment_with_prompt_lookup(target, tmp_path):
-  settings = experiments.BatchSettings(n=4, batch_sizes=(1, 4), temperatures=(0.0,), gamma=2,
+  settings = batch_sweep.BatchSettings(n=4, batch_sizes=(1, 4), temperatures=(0.0,), gamma=2,
                                        max_input_len=32, max_decode_len=6, repeats=1)
-  rows = experiments.batch_walltime_experiment(target, drafts.PromptLookupDraft(VOCAB),
+  rows = batch_sweep.batch_walltime_experiment(target, drafts.PromptLookupDraft(VOCAB),
                                                'prompt_lookup', settings)
   assert [r['batch_size'] for r in rows] == [1, 4]
   for row in rows:
@@ -74,22 +76,22 @@ def test_batch_walltime_experiment_with_prompt_lookup(target, tmp_path):
     assert row['baseline_tokens_per_s'] > 0 and row['speculative_tokens_per_s'] > 0
     assert 0 < row['speculative_utilisation'] <= 1 and row['tokens_per_call'] >= 1
   assert rows[0]['speculative_utilisation'] == 1.0  # batch 1 never waits for another row
-  md, csv_path, png = experiments.write_batch_report(tmp_path, rows, notes='`the command`')
+  md, csv_path, png = batch_sweep.write_batch_report(tmp_path, rows, notes='`the command`')
   assert png.read_bytes()[:8] == PNG_MAGIC
   assert '`the command`' in md.read_text() and '| 4 |' in md.read_text()
   with open(csv_path) as f:
     assert len(list(csv.DictReader(f))) == 2
   with pytest.raises(ValueError, match='must divide n=4'):
-    experiments.batch_walltime_experiment(
+    batch_sweep.batch_walltime_experiment(
         target, drafts.UniformDraft(VOCAB), 'uniform',
-        experiments.BatchSettings(n=4, batch_sizes=(1, 3)))
+        batch_sweep.BatchSettings(n=4, batch_sizes=(1, 3)))
 
 
 def test_break_even():
   rows = [dict(temperature=t, batch_size=b, speedup=s)
           for t, b, s in [(0.0, 1, 1.8), (0.0, 2, 1.2), (0.0, 4, 0.9), (0.0, 8, 0.7),
                           (1.0, 1, 1.5), (1.0, 2, 1.1), (0.5, 1, 0.9)]]
-  text = experiments.break_even(rows)
+  text = batch_sweep.break_even(rows)
   assert 'T = 0: speculation pays at batch 1, 2 and is slower at batch 4, 8' in text
   assert 'T = 1: speculation pays at every batch size tried (1, 2)' in text
   assert 'T = 0.5: speculation is slower than the baseline at every batch size tried (1)' in text

@@ -1,4 +1,4 @@
-"""Tests for spec_decode.measure with tiny random T5 models (fp32)."""
+"""Tests for spec_decode.harness (alpha, step costs, walltime) with tiny random T5 models (fp32)."""
 
 import json
 import sys
@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 
 from spec_decode import drafts
-from spec_decode import measure
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
+from spec_decode.harness import acceptance
+from spec_decode.harness import loading
+from spec_decode.harness import loop_costs
+from spec_decode.harness import step_costs
+from spec_decode.harness import walltime
 from spec_decode.t5 import t5_1_1
 
 VOCAB, ENCODER_LEN, MAX_DECODE_LEN = 64, 8, 16
@@ -47,27 +51,28 @@ def inputs():
 
 
 def _generate(target, inputs, sampling, n=8):
-  return measure.generate_sequences(target, inputs[:n], sampling=sampling,
-                                    max_decode_len=MAX_DECODE_LEN, rng=jax.random.key(0),
-                                    batch_size=4)
+  return acceptance.generate_sequences(target, inputs[:n], sampling=sampling,
+                                       max_decode_len=MAX_DECODE_LEN, rng=jax.random.key(0),
+                                       batch_size=4)
 
 
 @pytest.mark.parametrize('sampling', [GREEDY, SAMPLED])
 def test_draft_equal_to_target_has_alpha_one(target, inputs, sampling):
   tokens, lengths = _generate(target, inputs, sampling)
-  stats = measure.measure_alpha(target, target, inputs[:8], tokens, lengths, sampling=sampling,
-                                batch_size=4)
+  stats = acceptance.measure_alpha(target, target, inputs[:8], tokens, lengths, sampling=sampling,
+                                   batch_size=4)
   assert stats.alpha == pytest.approx(1.0, abs=1e-5)
   assert stats.positions == lengths.sum() and len(stats.sequence_alpha) == 8
 
 
 def test_greedy_beta_is_argmax_agreement(target, draft, inputs):
   tokens, lengths = _generate(target, inputs, GREEDY)
-  beta = np.asarray(measure.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens),
-                                  GREEDY))
+  beta = np.asarray(acceptance.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens),
+                                     GREEDY))
   decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))
-  p_argmax, q_argmax = (np.argmax(measure.teacher_forced_logits(m, inputs[:8], decoder_inputs), -1)
-                        for m in (target, draft))
+  p_argmax, q_argmax = (
+      np.argmax(acceptance.teacher_forced_logits(m, inputs[:8], decoder_inputs), -1)
+      for m in (target, draft))
   valid = np.arange(MAX_DECODE_LEN)[None, :] < lengths[:, None]
   # The teacher-forced pass is aligned with decoding: its argmax is the greedy output.
   np.testing.assert_array_equal(p_argmax[valid], tokens[valid])
@@ -78,8 +83,8 @@ def test_greedy_beta_is_argmax_agreement(target, draft, inputs):
 def test_alpha_matches_the_engines_acceptance_rate(target, draft, inputs):
   """gamma = 1: each iteration accepts its one draft with probability beta."""
   tokens, lengths = _generate(target, inputs, SAMPLED, n=32)
-  stats = measure.measure_alpha(target, draft, inputs, tokens, lengths, sampling=SAMPLED,
-                                batch_size=16)
+  stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=SAMPLED,
+                                   batch_size=16)
   out = models.speculative_generate(target, draft, inputs, jax.random.key(1), gamma=1,
                                     max_decode_len=MAX_DECODE_LEN, sampling=SAMPLED)
   rejected, accepted = np.asarray(out.accept_histogram)
@@ -91,7 +96,7 @@ def test_alpha_matches_the_engines_acceptance_rate(target, draft, inputs):
 
 def test_alpha_stats_from_betas():
   betas = np.array([[1.0, 0.0, 0.7], [1.0, 1.0, 1.0], [0.5, 0.3, 0.2]])
-  stats = measure.AlphaStats.from_betas(betas, np.array([2, 3, 1]))
+  stats = acceptance.AlphaStats.from_betas(betas, np.array([2, 3, 1]))
   assert stats.alpha == pytest.approx(4.5 / 6)
   np.testing.assert_allclose(stats.sequence_alpha, [0.5, 1.0, 0.5])
   assert stats.positions == 6 and stats.stderr > 0
@@ -100,67 +105,67 @@ def test_alpha_stats_from_betas():
 
 
 def test_target_token_stream_is_cached(tmp_path):
-  stream = measure.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path)
-  assert stream.dtype == np.int32 and stream[-1] == measure.EOS_ID
-  assert np.sum(stream == measure.EOS_ID) == 20 and np.all(stream != 0)
+  stream = loading.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path)
+  assert stream.dtype == np.int32 and stream[-1] == loading.EOS_ID
+  assert np.sum(stream == loading.EOS_ID) == 20 and np.all(stream != 0)
   assert len(list(tmp_path.iterdir())) == 1
   np.testing.assert_array_equal(
-      measure.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path), stream)
+      loading.target_token_stream('demo_ende', limit=20, cache_dir=tmp_path), stream)
 
 
 def test_encode_texts_and_detokenize():
   texts = ['translate English to German: A dog runs.', 'Hello']
-  tokens = measure.encode_texts(texts, max_input_len=64)
+  tokens = loading.encode_texts(texts, max_input_len=64)
   assert tokens.shape[0] == 2 and tokens.shape[1] % 16 == 0
   for text, row in zip(texts, tokens):
     ids = row[row > 0].tolist()
-    assert ids[-1] == measure.EOS_ID
-    assert measure.detokenize(ids + [7, 8]) == text  # cut at EOS
-  assert measure.encode_texts(texts, max_input_len=4)[0, 3] == measure.EOS_ID  # truncated
+    assert ids[-1] == loading.EOS_ID
+    assert loading.detokenize(ids + [7, 8]) == text  # cut at EOS
+  assert loading.encode_texts(texts, max_input_len=4)[0, 3] == loading.EOS_ID  # truncated
 
 
 def test_parse_config(tmp_path):
-  assert measure.parse_config('nano').vocab_size == 8192
-  assert measure.parse_config('nano', dtype='bfloat16').dtype == 'bfloat16'
+  assert loading.parse_config('nano').vocab_size == 8192
+  assert loading.parse_config('nano', dtype='bfloat16').dtype == 'bfloat16'
   path = tmp_path / 'model.json'
   fields = dict(vocab_size=128, emb_dim=8, num_heads=2, num_encoder_layers=1,
                 num_decoder_layers=1, head_dim=4, mlp_dim=16)
   path.write_text(json.dumps(fields))
-  assert measure.parse_config(str(path)).emb_dim == 8
+  assert loading.parse_config(str(path)).emb_dim == 8
 
 
 def test_step_times_are_positive_and_shaped(target, inputs):
   nano = models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(2))
-  times = measure.measure_step_times(target, nano, inputs[:1], k_max=3,
-                                     max_decode_len=MAX_DECODE_LEN, num_steps=4, repeats=2)
+  times = step_costs.measure_step_times(target, nano, inputs[:1], k_max=3,
+                                        max_decode_len=MAX_DECODE_LEN, num_steps=4, repeats=2)
   assert times.verify_s.shape == (3,) and np.all(np.isfinite(times.verify_s))
   assert np.all(times.verify_s > 0) and times.draft_s > 0
   assert times.draft_first_s >= 0 and np.isfinite(times.c) and np.isfinite(times.c_first)
   assert times.r[0] == 1.0 and len(times.row()['r']) == 3
   assert np.all(np.diff(times.verify_s) >= 0) and times.verify_measured_s.shape == (3,)
   table = drafts.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
-  seconds = measure.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
-                              repeats=2)
+  seconds = step_costs.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
+                                 repeats=2)
   assert np.isfinite(seconds) and seconds > 0
 
 
 def test_time_decoding_and_summary(target, draft, inputs):
   decoders = {
-      'baseline': measure.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
-                                           sampling=GREEDY),
-      'speculative': measure.speculative_decoder(target, draft, gamma=2,
-                                                 max_decode_len=MAX_DECODE_LEN, sampling=GREEDY),
+      'baseline': walltime.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
+                                            sampling=GREEDY),
+      'speculative': walltime.speculative_decoder(target, draft, gamma=2,
+                                                  max_decode_len=MAX_DECODE_LEN, sampling=GREEDY),
   }
-  decoded = measure.time_decoding(decoders, inputs[:3], jax.random.key(0), repeats=2)
+  decoded = walltime.time_decoding(decoders, inputs[:3], jax.random.key(0), repeats=2)
   baseline, speculative = decoded['baseline'], decoded['speculative']
   assert baseline.seconds.shape == (3,) and np.all(baseline.seconds > 0)
   assert speculative.tokens == baseline.tokens  # greedy: identical outputs
   assert speculative.accept_histogram.shape == (3,)
   assert baseline.tokens_per_call == 1.0 and speculative.tokens_per_call >= 1.0
 
-  times = measure.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
-                            verify_measured_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
-  row = measure.summarize(baseline, speculative, gamma=2, alpha=0.6, times=times)
+  times = step_costs.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
+                               verify_measured_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
+  row = walltime.summarize(baseline, speculative, gamma=2, alpha=0.6, times=times)
   assert row['identical'] == 1.0
   assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)
   assert row['predicted_speedup'] == pytest.approx(
@@ -171,18 +176,19 @@ def test_time_decoding_and_summary(target, draft, inputs):
 
 
 def test_nondecreasing_fit_pools_dips_and_keeps_monotone_input():
-  np.testing.assert_allclose(measure.nondecreasing_fit([1.0, 1.4, 1.2, 1.5, 1.3, 1.1, 2.0]),
+  np.testing.assert_allclose(step_costs.nondecreasing_fit([1.0, 1.4, 1.2, 1.5, 1.3, 1.1, 2.0]),
                              [1.0, 1.3, 1.3, 1.3, 1.3, 1.3, 2.0])
-  np.testing.assert_allclose(measure.nondecreasing_fit([1.0, 1.1, 1.1, 1.7]), [1.0, 1.1, 1.1, 1.7])
-  np.testing.assert_allclose(measure.nondecreasing_fit([1.2, 1.0]), [1.1, 1.1])
+  np.testing.assert_allclose(step_costs.nondecreasing_fit([1.0, 1.1, 1.1, 1.7]),
+                             [1.0, 1.1, 1.1, 1.7])
+  np.testing.assert_allclose(step_costs.nondecreasing_fit([1.2, 1.0]), [1.1, 1.1])
 
 
 def _decoded(iterations, seconds, draft_calls=None):
   n = len(iterations)
   draft_calls = np.zeros(n, int) if draft_calls is None else draft_calls
-  return measure.Decoded(seconds=np.asarray(seconds, float), tokens=[[5]] * n,
-                         iterations=np.asarray(iterations), draft_calls=draft_calls,
-                         accept_histogram=np.zeros(1, int))
+  return walltime.Decoded(seconds=np.asarray(seconds, float), tokens=[[5]] * n,
+                          iterations=np.asarray(iterations), draft_calls=draft_calls,
+                          accept_histogram=np.zeros(1, int))
 
 
 def test_fixed_cost_is_the_intercept_and_the_loop_speedup_excludes_it():
@@ -192,9 +198,9 @@ def test_fixed_cost_is_the_intercept_and_the_loop_speedup_excludes_it():
                          draft_calls=iterations)  # gamma 1
   assert baseline.fixed_s() == pytest.approx(0.010)
   assert speculative.fixed_s() == pytest.approx(0.015)
-  times = measure.StepTimes(draft_s=1e-4, draft_first_s=2e-4,
-                            verify_measured_s=np.array([2e-3, 2.4e-3]))
-  row = measure.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
+  times = step_costs.StepTimes(draft_s=1e-4, draft_first_s=2e-4,
+                               verify_measured_s=np.array([2e-3, 2.4e-3]))
+  row = walltime.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
   assert row['loop_speedup'] == pytest.approx(2.0)  # 6 ms of baseline per 3 ms iteration
   assert row['measured_speedup'] < row['loop_speedup']  # fixed costs dilute the speedup
   assert row['fixed_ms'] == pytest.approx(1e3 * 0.015 * 4 / np.sum(iterations))
@@ -234,17 +240,17 @@ def test_t5x_baseline_adapter_decodes_as_our_baseline(target, inputs, monkeypatc
   _fake_t5x(monkeypatch)
   greedy = sampling_lib.SamplingParams.create()
   decoders = {
-      'ours': measure.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN, sampling=greedy),
-      't5x': measure.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN, sampling=greedy)}
-  decoded = measure.time_decoding(decoders, inputs[:2], jax.random.key(0), repeats=1)
+      'ours': walltime.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN, sampling=greedy),
+      't5x': walltime.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN, sampling=greedy)}
+  decoded = walltime.time_decoding(decoders, inputs[:2], jax.random.key(0), repeats=1)
   assert decoded['t5x'].tokens == decoded['ours'].tokens
   with pytest.raises(ValueError, match='top_k'):
-    measure.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
-                                 sampling=sampling_lib.SamplingParams.create(1.0, top_k=5))
+    walltime.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
+                                  sampling=sampling_lib.SamplingParams.create(1.0, top_k=5))
 
 
 @pytest.mark.parametrize('gamma, temperature', [(0, 1.0), (4, 0.0)])
 def test_loop_work_time_runs_both_loops(gamma, temperature):
-  seconds = measure.loop_work_time(gamma=gamma, temperature=temperature, vocab_size=512,
-                                   max_decode_len=16, repeats=2)
+  seconds = loop_costs.loop_work_time(gamma=gamma, temperature=temperature, vocab_size=512,
+                                      max_decode_len=16, repeats=2)
   assert 0 < seconds < 1.0

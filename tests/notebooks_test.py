@@ -1,4 +1,4 @@
-"""The Colab notebooks: stripped in git, executed top to bottom, and figures.py's trace.
+"""The Colab notebooks: stripped in git, executed top to bottom, and the harness's trace.
 
 The execution tests run each notebook with nbclient in a fresh kernel, from the
 repository root, with SPEC_DECODE_SMALL=1 (fewer samples, shorter K range) and
@@ -12,9 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from spec_decode import figures
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode.harness import figures
+from spec_decode.harness import trace
 from spec_decode.t5 import t5_1_1
 
 nbformat = pytest.importorskip('nbformat')
@@ -83,8 +84,8 @@ def test_trace_equals_speculative_generate(pair, temperature):
   sampling = sampling_lib.SamplingParams.create(temperature)
   for seed in range(3):
     key = jax.random.key(seed)
-    iterations, tokens = figures.trace_speculative(target, draft, inputs, key, gamma=3,
-                                                   max_decode_len=12, sampling=sampling)
+    iterations, tokens = trace.trace_speculative(target, draft, inputs, key, gamma=3,
+                                                 max_decode_len=12, sampling=sampling)
     out = models.speculative_generate(target, draft, inputs, key, gamma=3, max_decode_len=12,
                                       sampling=sampling)
     assert tokens == np.asarray(out.tokens[0, :out.lengths[0]]).tolist()

@@ -1,9 +1,9 @@
-"""Tests for spec_decode.report: the files it writes and the rows they hold."""
+"""Tests for spec_decode.harness.report: the files it writes and the rows they hold."""
 
 import csv
 import json
 
-from spec_decode import report
+from spec_decode.harness import report
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 

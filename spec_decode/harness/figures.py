@@ -1,24 +1,16 @@
 """The plots of notebooks/paper_figures.ipynb and notebooks/quickstart.ipynb.
 
 Each `plot_*` function returns a matplotlib Figure drawn from the package's own
-functions (theory, speculative, models); `save` writes it as PNG. Two pieces
-of computation live here because only the figures need them:
-
-  roofline_step_time   the time of one decode step over K positions on given
-                       hardware, max(weight bytes / bandwidth, flops / peak);
-  trace_speculative    speculative decoding of one input, one iteration at a
-                       time on the host, recording each iteration's drafts,
-                       accepted count and the target's own token. It runs the
-                       engine's pieces (T5Model.start's step functions,
-                       sampling.adjust/sample, speculative.accept_reject) with
-                       the engine's PRNG splits, so its tokens equal
-                       models.speculative_generate's for the same key.
+functions (theory, speculative, models); `save` writes it as PNG. One piece of
+computation lives here because only the figures need it: `roofline_step_time`,
+the time of one decode step over K positions on given hardware,
+max(weight bytes / bandwidth, flops / peak). The trace of one decode is in
+`trace`.
 """
 
 import dataclasses
-import functools
 import pathlib
-from typing import Callable, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,12 +19,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import scipy.stats
 
-from spec_decode import cache as cache_lib
-from spec_decode import decoding
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 from spec_decode import theory
+
 
 GREEN, RED, BLUE, GREY = '#2e7d32', '#c62828', '#1565c0', '#757575'
 
@@ -43,10 +32,6 @@ def save(fig: matplotlib.figure.Figure, out_dir: str | pathlib.Path, name: str) 
   path.parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(path, dpi=120, bbox_inches='tight')
   return path
-
-
-# ---------------------------------------------------------------------------
-# 1. The roofline of one decode step.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +49,6 @@ class Hardware:
   peak_flops: float
 
 
-# The paper's hardware: TPU v4, 1200 GB/s HBM, 275 TFLOP/s bfloat16.
 TPU_V4 = Hardware('TPU v4', bandwidth=1.2e12, peak_flops=275e12)
 
 
@@ -152,206 +136,6 @@ def plot_roofline(n_params: float, hardware: Hardware = TPU_V4, *, label: str = 
   return fig
 
 
-# ---------------------------------------------------------------------------
-# 2. The draft-verify loop, one iteration at a time.
-
-
-@dataclasses.dataclass(frozen=True)
-class Iteration:
-  """One speculative iteration of `trace_speculative`.
-
-  Attributes:
-    drafts: the gamma drafted tokens x_1..x_gamma.
-    accepted: n, the accepted prefix length.
-    token: y, the target's own token (residual sample or bonus).
-    emitted: the tokens appended to the output (x_1..x_n, y, cut at EOS and
-      at max_decode_len).
-  """
-
-  drafts: list[int]
-  accepted: int
-  token: int
-  emitted: list[int]
-
-
-@functools.partial(jax.jit, static_argnames='capacity')
-def _start(model: models.T5Model, encoder_input_tokens: jax.Array, capacity: int):
-  return model.start(encoder_input_tokens, capacity)[1]
-
-
-@jax.jit
-def _step(model: models.T5Model, encoder_input_tokens: jax.Array, tokens: jax.Array,
-          cache: cache_lib.Cache):
-  # model.start's step function; its fresh cache is unused (and compiled away).
-  step_fn, _ = model.start(encoder_input_tokens, cache.capacity)
-  return step_fn(tokens, cache)
-
-
-@jax.jit
-def _adjust_and_sample(key: jax.Array, logits: jax.Array,
-                       sampling: sampling_lib.SamplingParams):
-  probs = sampling_lib.adjust(logits, sampling)
-  return sampling_lib.sample(key, probs), probs
-
-
-_adjust = jax.jit(sampling_lib.adjust)
-_accept_reject = jax.jit(speculative.accept_reject)
-
-
-def trace_speculative(target: models.T5Model, draft: models.T5Model,
-                      encoder_input_tokens: np.ndarray, rng: jax.Array, *, gamma: int,
-                      max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-                      eos_id: int = 1) -> tuple[list[Iteration], list[int]]:
-  """Speculative decoding of ONE input on the host, recording every iteration.
-
-  Algorithm 1 step by step, with the PRNG splits of decoding.speculative_decode
-  (batch 1), so the output equals models.speculative_generate(target, draft,
-  encoder_input_tokens, rng, ...)'s: token for token when greedy, and for the
-  same key when sampling (up to floating-point differences between the fused
-  and the step-by-step computation).
-
-  Args:
-    target: M_p.
-    draft: M_q, same vocabulary.
-    encoder_input_tokens: [1, S] int32.
-    rng: one PRNG key.
-    gamma: drafts per iteration.
-    max_decode_len: maximum output tokens.
-    sampling: as for speculative_generate; greedy when None.
-    eos_id: the token that ends the output.
-
-  Returns:
-    (iterations, output tokens). The number of target calls is
-    len(iterations).
-  """
-  sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
-  inputs = jnp.asarray(encoder_input_tokens, jnp.int32)
-  if inputs.ndim != 2 or inputs.shape[0] != 1:
-    raise ValueError(f'trace_speculative takes one input [1, S], got shape {inputs.shape}')
-  capacity = decoding.cache_length(max_decode_len, gamma)
-  target_cache, draft_cache = _start(target, inputs, capacity), _start(draft, inputs, capacity)
-  rng = jax.random.split(rng, 1)  # [1]: the row's stream, as decoding._row_keys.
-  output: list[int] = []
-  iterations: list[Iteration] = []
-  last = decoding.BOS_ID
-  while True:
-    split = jax.vmap(lambda k: jax.random.split(k, 3))(rng)  # [1, 3]
-    rng, draft_key, accept_key = split[:, 0], split[:, 1], split[:, 2]
-    draft_keys = jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key)  # [1, gamma]
-
-    # 1. gamma draft calls.
-    token, drafts, qs = jnp.asarray([[last]], jnp.int32), [], []
-    for i in range(gamma):
-      logits, draft_cache = _step(draft, inputs, token, draft_cache)
-      x_i, q_i = _adjust_and_sample(draft_keys[:, i], logits[:, 0], sampling)
-      drafts.append(int(x_i[0]))
-      qs.append(q_i)
-      token = x_i[:, None]
-    x = jnp.asarray([drafts], jnp.int32)  # [1, gamma]
-
-    # 2. One target call over [last, x_1..x_gamma].
-    logits, target_cache = _step(target, inputs, jnp.asarray([[last] + drafts], jnp.int32),
-                                 target_cache)
-    p = _adjust(logits, sampling)  # [1, gamma + 1, V]
-
-    # 3. Accept a prefix, draw the target's own token.
-    n, y = _accept_reject(accept_key, x, jnp.stack(qs, axis=1), p, 1.0)
-    n, y = int(n[0]), int(y[0])
-    if n == gamma:  # The draft has not seen x_gamma yet.
-      _, draft_cache = _step(draft, inputs, x[:, -1:], draft_cache)
-
-    # 4. Emit x_1..x_n, y, cut at the first EOS and at max_decode_len.
-    emitted = []
-    for t in drafts[:n] + [y]:
-      if len(output) + len(emitted) >= max_decode_len:
-        break
-      emitted.append(t)
-      if t == eos_id:
-        break
-    output += emitted
-    iterations.append(Iteration(drafts=drafts, accepted=n, token=y, emitted=emitted))
-    index = jnp.asarray([len(output)], jnp.int32)
-    target_cache = cache_lib.rewind(target_cache, index)
-    draft_cache = cache_lib.rewind(draft_cache, index)
-    if eos_id in emitted or len(output) >= max_decode_len:
-      return iterations, output
-    last = output[-1]
-
-
-def _draw_tokens(ax, y: float, parts: Sequence[tuple[str, str, bool]], fontsize: float):
-  """Draws (text, color, struck) parts one after another on one line."""
-  text = ax.text(0.0, y, '', fontsize=fontsize, va='center', transform=ax.transAxes)
-  for s, color, struck in parts:
-    text = ax.annotate(s, xy=(1, 0), xycoords=text, va='bottom', ha='left', color=color,
-                       fontsize=fontsize, annotation_clip=False)
-    if struck:
-      ax.annotate('', xy=(1, 0.45), xycoords=text, xytext=(0, 0.45), textcoords=text,
-                  arrowprops=dict(arrowstyle='-', color=color, lw=1.2), annotation_clip=False)
-
-
-def plot_trace(iterations: Sequence[Iteration], piece: Callable[[int], str],
-               detokenize: Callable[[list[int]], str], *, source: str = '',
-               eos_id: int = 1, max_prefix_chars: int = 70,
-               fontsize: float = 10) -> matplotlib.figure.Figure:
-  """The paper's Figure 1 for a trace: one line per target call.
-
-  Each line shows the output so far (black), the accepted drafts (green), the
-  first rejected draft (red, struck through) and the target's own token
-  (blue: the residual sample after a rejection, the bonus after a clean sweep).
-
-  Args:
-    iterations: from trace_speculative.
-    piece: token id -> its text (e.g. a SentencePiece piece with '▁' as ' ').
-    detokenize: ids -> text, for the output so far.
-    source: the input text, for the title.
-    eos_id: shown as '</s>'.
-    max_prefix_chars: longer outputs so far are shown as '…' + their end.
-    fontsize: of the tokens.
-  """
-  rows = len(iterations)
-  fig = plt.figure(figsize=(13, 0.8 + 0.32 * rows))
-  ax = fig.add_axes((0.11, 0.02, 0.87, 0.96 - 0.5 / (0.8 + 0.32 * rows)))
-  ax.set_axis_off()
-  name = lambda t: '</s>' if t == eos_id else piece(t)
-  output: list[int] = []
-  for r, it in enumerate(iterations):
-    y = 1.0 - (r + 0.5) / rows
-    prefix = detokenize(output) if output else ''
-    if len(prefix) > max_prefix_chars:
-      prefix = '…' + prefix[-max_prefix_chars:]
-    tokens = [(t, GREEN, False) for t in it.drafts[:it.accepted]]
-    if it.accepted < len(it.drafts):
-      tokens.append((it.drafts[it.accepted], RED, True))
-    tokens.append((it.token, BLUE, False))
-    if eos_id in [t for t, _, _ in tokens]:  # Nothing after the output's end.
-      tokens = tokens[:[t for t, _, _ in tokens].index(eos_id) + 1]
-    parts = [(prefix, 'k', False)]
-    for t, color, struck in tokens:
-      s = name(t)
-      if not parts[-1][0]:
-        s = s.lstrip()
-      if struck and s.startswith(' '):  # Strike the word, not the space before it.
-        parts.append((' ', 'k', False))
-        s = s[1:]
-      parts.append((s, color, struck))
-    ax.text(-0.01, y, f'call {r + 1}', transform=ax.transAxes, ha='right', va='center',
-            fontsize=fontsize - 1, color=GREY)
-    _draw_tokens(ax, y, parts, fontsize)
-    output += it.emitted
-  tokens = sum(len(it.emitted) for it in iterations)
-  gamma = len(iterations[0].drafts) if iterations else 0
-  title = (f'gamma = {gamma}: {tokens} tokens in {rows} target calls '
-           f'({tokens / max(rows, 1):.2f} per call; the target alone needs {tokens})')
-  if source:
-    title = f'{source}\n{title}'
-  fig.suptitle(title, fontsize=fontsize + 1, x=0.11, ha='left')
-  return fig
-
-
-# ---------------------------------------------------------------------------
-# 3. Speculative sampling on a small vocabulary.
-
-
 def speculative_samples(p: np.ndarray, q: np.ndarray, num_samples: int,
                         rng: jax.Array) -> tuple[np.ndarray, float]:
   """One token per row by speculative sampling (gamma = 1) from target p, draft q.
@@ -414,10 +198,6 @@ def plot_speculative_sampling(p: np.ndarray, q: np.ndarray, counts: np.ndarray,
   return fig
 
 
-# ---------------------------------------------------------------------------
-# 4. Eq. (1) and the tokens per target call.
-
-
 def plot_expected_tokens(gammas: Sequence[int] = (1, 2, 3, 5, 7, 10),
                          dist_alphas: Sequence[float] = (0.5, 0.7, 0.9),
                          dist_gamma: int = 5,
@@ -463,10 +243,6 @@ def plot_expected_tokens(gammas: Sequence[int] = (1, 2, 3, 5, 7, 10),
   return fig
 
 
-# ---------------------------------------------------------------------------
-# 5. Eqs. (5) and (6) against gamma.
-
-
 def plot_speedup_operations(settings: Sequence[tuple], gamma_max: int = 10
                             ) -> matplotlib.figure.Figure:
   """Speedup (eq. 5) and operations (eq. 6, c_hat = c) against gamma.
@@ -503,10 +279,6 @@ def plot_speedup_operations(settings: Sequence[tuple], gamma_max: int = 10
   right.legend(fontsize=8)
   fig.tight_layout()
   return fig
-
-
-# ---------------------------------------------------------------------------
-# Quickstart.
 
 
 def plot_accept_histograms(histograms: dict[str, np.ndarray]) -> matplotlib.figure.Figure:

@@ -1,6 +1,6 @@
 """What a decoding loop costs per input and per iteration, measured whole.
 
-`measure` times each model call alone (c, c_first, r(K)) and predicts the
+`step_costs` times each model call alone (c, c_first, r(K)) and predicts the
 speedup from those parts (eq. (5) extended). This module times the loops as
 they run, so that every interaction the parts leave out (the two models
 evicting each other's weights from the CPU cache, sampling, bookkeeping,
@@ -21,6 +21,9 @@ keeps, so the walltime at an acceptance rate alpha is predicted by
 
 `start_time` times the fixed cost's main piece alone: one model's encoder pass
 and cross-attention keys/values with a fresh cache.
+
+`loop_work_time` times the loops' own work alone, with model calls that cost
+nothing.
 """
 
 import dataclasses
@@ -32,13 +35,60 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
+from spec_decode.harness import step_costs
 
-# A decoder for cost measurements: (inputs [1, S], keys [1], max_decode_len) -> DecodeOutput.
+
+def loop_work_time(*, gamma: int, temperature: float, vocab_size: int = 8192,
+                   max_decode_len: int = 64, repeats: int = 9) -> float:
+  """Seconds per iteration of a decoding loop whose model calls cost nothing.
+
+  The step functions return fixed random logits (different ones for draft and
+  target), so what is timed is the loop itself: adjusting and sampling over
+  the vocabulary, the accept test, writing tokens, rewinding caches. Batch 1,
+  compile excluded, median over repeats.
+
+  Args:
+    gamma: draft length; 0 times the baseline loop (one target call a token).
+    temperature: sampling temperature (0: greedy).
+    vocab_size: V of the logits.
+    max_decode_len: tokens per decode (no EOS is ever drawn).
+    repeats: timed decodes.
+  """
+  rng = np.random.default_rng(0)
+  p_logits, q_logits = (jnp.asarray(2 * rng.standard_normal(vocab_size), jnp.float32)
+                        for _ in range(2))
+
+  def free_step(logits):
+    def step_fn(tokens, cache):
+      # Depends on the tokens, so XLA cannot hoist the sampling out of the loop.
+      out = logits + 0.0 * tokens[..., None].astype(jnp.float32)  # [B, K, V]
+      return out, cache.replace(index=cache.index + tokens.shape[1])
+    return step_fn
+
+  capacity = decoding.cache_length(max_decode_len, gamma)
+  cache = cache_lib.Cache(index=jnp.zeros((1,), jnp.int32),
+                          layers=jnp.zeros((1, capacity), jnp.int32), capacity=capacity)
+  sampling = sampling_lib.SamplingParams.create(temperature)
+  common = dict(max_decode_len=max_decode_len, sampling=sampling, eos_id=-1)
+  if gamma:
+    decode = jax.jit(lambda key: decoding.speculative_decode(
+        free_step(p_logits), cache, free_step(q_logits), cache, gamma=gamma, rng=key, **common))
+  else:
+    decode = jax.jit(lambda key: decoding.autoregressive_decode(
+        free_step(p_logits), cache, rng=key, **common))
+  jax.block_until_ready(decode(jax.random.key(0)))  # compile
+  seconds, out = step_costs.median_time(lambda: decode(jax.random.key(0)), repeats)
+  return seconds / int(out.loop_target_calls)
+
+
 LengthDecodeFn = Callable[[jax.Array, jax.Array, int], decoding.DecodeOutput]
+
+
 NO_EOS = -1  # an eos_id no token equals: every row runs to max_decode_len
 
 

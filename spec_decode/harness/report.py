@@ -1,19 +1,19 @@
 """Measurement results -> a Markdown report with the paper's tables, CSVs, plots.
 
 Results are plain records (dicts of numbers and strings), as
-`spec_decode.measure` makes them, so a report can be rebuilt from
+the harness makes them, so a report can be rebuilt from
 results.json without a model:
 
   alpha rows (Table 3): task, target, draft, temperature (top_k, top_p
     optional: 0 and 1 when absent) and the keys of
-    `measure.AlphaStats.row` (alpha, stderr, std, sequences, positions,
+    `acceptance.AlphaStats.row` (alpha, stderr, std, sequences, positions,
     q10 .. q90 of the per-sequence alpha).
   walltime rows (Table 2): task, draft, temperature, top_k, top_p (as
     above), chosen (the gamma
     picked by theory.best_gamma, as opposed to a sweep point), the keys of
-    `measure.summarize`, and optionally metrics (space-separated names, e.g.
+    `walltime.summarize`, and optionally metrics (space-separated names, e.g.
     'bleu') with `<name>_baseline` and `<name>_speculative` for each.
-  timing: `measure.StepTimes.row()` (target/draft step ms, c, verify ms, r).
+  timing: `step_costs.StepTimes.row()` (target/draft step ms, c, verify ms, r).
 
 Files: report.md, results.json, table3_alpha.csv, table2_walltime.csv,
 r_vs_k.png, speedup_vs_gamma_<group>.png and tokens_per_call_<group>.png per
@@ -26,13 +26,14 @@ import pathlib
 import re
 from typing import Any, Callable, Iterable, Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 import numpy as np
 
 from spec_decode import theory
 
+
 Row = dict[str, Any]
+
+
 Column = tuple[str, Callable[[Row], str]]
 
 
@@ -97,6 +98,8 @@ ALPHA_COLUMNS: tuple[Column, ...] = (
     ('positions', lambda r: str(r['positions'])),
     ('sequences', lambda r: str(r['sequences'])),
 )
+
+
 WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('task', lambda r: r['task']),
     ('draft', lambda r: r['draft']),
@@ -113,10 +116,14 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('greedy identical', identical_cell),
     ('quality: baseline / speculative', _quality),
 )
+
+
 SWEEP_COLUMNS: tuple[Column, ...] = (
     WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
     ('chosen', lambda r: 'yes' if r['chosen'] else ''),
 ) + WALLTIME_COLUMNS[6:11]
+
+
 BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
     ('baseline ms/token', lambda r: f'{r["baseline_token_ms"]:.3f}'),
     ('target step ms', lambda r: f'{r["target_step_ms"]:.3f}'),
@@ -154,6 +161,19 @@ def _timing_section(timing: Row) -> str:
           f'r(K) is the non-decreasing least-squares fit of the measured times, which keeps '
           f'a noisy dip from steering best_gamma:\n\n{table}\n\n![r(K)](r_vs_k.png)')
 
+def figure(size: tuple[float, float]):
+  """A matplotlib Figure on the Agg canvas (no pyplot state).
+
+  matplotlib is imported here, so that the tables of a report need only numpy
+  (accelerator images may lack matplotlib; see `shapes_report`).
+  """
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=size)
+  FigureCanvasAgg(fig)
+  return fig
+
+
 
 def plot_verify_cost(path: pathlib.Path, r: Sequence[float], raw_r: Sequence[float]) -> None:
   """r(K) against K, with the paper's r = 1 and no parallelism (r = K).
@@ -164,8 +184,7 @@ def plot_verify_cost(path: pathlib.Path, r: Sequence[float], raw_r: Sequence[flo
     raw_r: [k_max] r(K) as measured.
   """
   k = np.arange(1, len(r) + 1)
-  fig = Figure(figsize=(5, 3.5))
-  FigureCanvasAgg(fig)
+  fig = figure((5, 3.5))
   ax = fig.add_subplot()
   ax.plot(k, raw_r, 'o', label='measured')
   ax.plot(k, r, '-', label='r(K): non-decreasing fit')
@@ -182,8 +201,7 @@ def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[f
   """Measured speedups of one group against eq. (5), and with r(K) and c_first."""
   alpha, c, c_first = rows[0]['alpha'], rows[0]['c'], rows[0]['c_first']
   gammas = np.arange(1, len(r))
-  fig = Figure(figsize=(5, 3.5))
-  FigureCanvasAgg(fig)
+  fig = figure((5, 3.5))
   ax = fig.add_subplot()
   ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c), '--', label='eq. (5), r = 1')
   ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c, np.asarray(r), c_first), '-',
@@ -208,8 +226,7 @@ def plot_tokens_per_call(path: pathlib.Path, row: Row) -> None:
   histogram = np.asarray(row['accept_histogram'], np.float64)
   gamma = len(histogram) - 1
   k = np.arange(1, gamma + 2)
-  fig = Figure(figsize=(5, 3.5))
-  FigureCanvasAgg(fig)
+  fig = figure((5, 3.5))
   ax = fig.add_subplot()
   ax.bar(k, histogram / histogram.sum(), alpha=0.6,
          label=f'measured ({int(histogram.sum())} calls)')

@@ -1,0 +1,1 @@
+"""The measurement harness: alpha, step and loop costs, walltime, reports."""

@@ -1,0 +1,206 @@
+"""Table 2 on one (target, draft) pair: what the demo and scripts/walltime.py run.
+
+`walltime_experiment` measures c and r(K); per sampling setting it measures
+alpha on the inputs, chooses gamma by eq. (5) with the measured r and
+c_first, times the baseline and speculative decoding at batch 1, and scores
+both outputs (BLEU or ROUGE). Its records feed `report.write_report`. The
+draft is a T5Model or any provider of `spec_decode.drafts` (`draft_provider`
+builds one by name); `task_inputs`, `output_quality` and `alpha_from_histogram` are
+shared with the lenience and batch sweeps.
+"""
+
+import dataclasses
+import pathlib
+import sys
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from spec_decode import data
+from spec_decode import drafts
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import tasks
+from spec_decode import theory
+from spec_decode.harness import acceptance
+from spec_decode.harness import loading
+from spec_decode.harness import report
+from spec_decode.harness import step_costs
+from spec_decode.harness import walltime
+
+
+METRICS = {'demo_ende': tasks.bleu, 'demo_multi30k': tasks.bleu, 'demo_debsum': tasks.rouge}
+
+
+DRAFT_KINDS = ('unigram', 'bigram', 'prompt_lookup', 'uniform')
+
+
+def draft_provider(kind: str, vocab_size: int, task: str = 'demo_ende',
+                   cache_dir: str | pathlib.Path | None = None) -> drafts.DraftProvider:
+  """A draft provider by name (one of DRAFT_KINDS).
+
+  Args:
+    kind: 'unigram' or 'bigram' (tables estimated from the task's training
+      targets), 'prompt_lookup' or 'uniform'.
+    vocab_size: the target's V.
+    task: a local task, for the tables.
+    cache_dir: where the tokenized training targets are cached (tables).
+  """
+  if kind in ('unigram', 'bigram'):
+    stream = loading.target_token_stream(task, 'train', cache_dir=cache_dir)
+    return drafts.TableDraft.estimate(stream, vocab_size, order=1 if kind == 'unigram' else 2)
+  if kind == 'prompt_lookup':
+    return drafts.PromptLookupDraft(vocab_size)
+  if kind == 'uniform':
+    return drafts.UniformDraft(vocab_size)
+  raise ValueError(f'unknown draft kind {kind!r}; expected one of {DRAFT_KINDS}')
+
+
+def alpha_from_histogram(accept_histogram: Sequence[int]) -> float:
+  """alpha estimated from the loop's accept histogram.
+
+  An iteration that accepted n of gamma drafts tested min(n + 1, gamma) of
+  them (those after the first rejection never reach the test) and accepted n.
+  Under eq. (1)'s i.i.d. model each tested draft is accepted with probability
+  alpha, so accepted / tested is its maximum-likelihood estimate (accepted /
+  proposed would count the untested drafts as rejections and is biased low).
+
+  Args:
+    accept_histogram: [gamma + 1] counts of iterations that accepted 0..gamma.
+  """
+  histogram = np.asarray(accept_histogram, np.float64)
+  n = np.arange(len(histogram))
+  tested = np.sum(histogram * np.minimum(n + 1, len(histogram) - 1))
+  return float(np.sum(histogram * n) / tested) if tested else float('nan')
+
+
+def task_inputs(task: str, split: str, n: int, max_input_len: int
+                 ) -> tuple[np.ndarray, list[str]]:
+  """The first n inputs of a split, encoded to one shape, and their references."""
+  examples = data.load_examples(task, split, n)
+  inputs = loading.encode_texts([e['inputs'] for e in examples], max_input_len)
+  return inputs, [e['targets'] for e in examples]
+
+
+def output_quality(task: str, references: list[str], tokens: list[list[int]]) -> dict[str, float]:
+  return METRICS[task](references, [loading.detokenize(t) for t in tokens])
+
+
+@dataclasses.dataclass(frozen=True)
+class WalltimeSettings:
+  """What to decode and how long to measure.
+
+  Attributes:
+    task: a local task (one of data.LOCAL_TASKS).
+    split: its test split.
+    n: the first n inputs.
+    temperatures: 0 is greedy.
+    gamma_max: largest gamma `theory.best_gamma` considers.
+    gammas: gammas timed besides the chosen one (the speedup-vs-gamma plot).
+    max_input_len: longer inputs are cut.
+    max_decode_len: most generated tokens per input.
+    batch_size: rows per alpha pass.
+    repeats: timed runs per input (median).
+    num_steps: steps per timed loop for c and r(K).
+    seed: PRNG seed (input i uses fold_in(key(seed), i)).
+    t5x_baseline: also time T5X's `decoding.temperature_sample` (needs t5x).
+    truncations: (top_k, top_p) pairs also run at temperature 1, e.g.
+      ((40, 1.0), (0, 0.9)): top-k 40, and nucleus 0.9.
+  """
+
+  task: str = 'demo_ende'
+  split: str = 'test_multi30k'
+  n: int = 100
+  temperatures: Sequence[float] = (0.0, 1.0)
+  gamma_max: int = 8
+  gammas: Sequence[int] = (1, 2, 3, 5)
+  max_input_len: int = 256
+  max_decode_len: int = 128
+  batch_size: int = 16
+  repeats: int = 3
+  num_steps: int = 64
+  seed: int = 0
+  t5x_baseline: bool = False
+  truncations: Sequence[tuple[int, float]] = ()
+
+  def sampling_settings(self) -> list[tuple[float, int, float]]:
+    """(temperature, top_k, top_p) of every walltime table row group."""
+    return ([(float(t), 0, 1.0) for t in self.temperatures]
+            + [(1.0, int(k), float(p)) for k, p in self.truncations])
+
+
+def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name: str,
+                        settings: WalltimeSettings, target_name: str = 'target'
+                        ) -> tuple[list[dict], list[dict], dict]:
+  """Runs Table 2 for one pair; returns (alpha rows, walltime rows, timing row).
+
+  The draft is a T5Model or a draft provider (a table or prompt lookup: c ~ 0).
+  """
+  s = settings
+  inputs, references = task_inputs(s.task, s.split, s.n, s.max_input_len)
+  rng = jax.random.key(s.seed)
+
+  times = step_costs.measure_step_times(
+      target, draft, inputs[:1], k_max=max((s.gamma_max, *s.gammas)) + 1,
+      max_decode_len=s.max_decode_len, num_steps=s.num_steps, progress=True)
+  print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '
+        f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
+
+  alpha_rows, walltime_rows = [], []
+  for temperature, top_k, top_p in s.sampling_settings():
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = sampling_lib.SamplingParams.create(**knobs)
+    tokens, lengths = acceptance.generate_sequences(
+        target, inputs, sampling=sampling, max_decode_len=s.max_decode_len, rng=rng,
+        batch_size=s.batch_size, progress=True)
+    stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
+                                     batch_size=s.batch_size)
+    alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name, **knobs,
+                           **stats.row()))
+    best, predicted = theory.best_gamma(stats.alpha, times.c, s.gamma_max, times.r,
+                                        times.c_first)
+    best = int(best)
+    print(f'{report.knobs_label(knobs)}: alpha {stats.alpha:.4f}, best gamma {best} '
+          f'(predicted {float(predicted):.2f}X)', file=sys.stderr)
+
+    gammas = sorted(set(s.gammas) | {best})
+    decoders = {'baseline': walltime.baseline_decoder(
+        target, max_decode_len=s.max_decode_len, sampling=sampling)}
+    if s.t5x_baseline:
+      decoders['t5x'] = walltime.t5x_baseline_decoder(
+          target, max_decode_len=s.max_decode_len, sampling=sampling)
+    decoders.update({f'gamma={g}': walltime.speculative_decoder(
+        target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling)
+                     for g in gammas})
+    decoded = walltime.time_decoding(decoders, inputs, rng, repeats=s.repeats, progress=True)
+    baseline = decoded['baseline']
+    if s.t5x_baseline:
+      t5x = decoded.pop('t5x')
+      same = np.mean([a == b for a, b in zip(t5x.tokens, baseline.tokens)])
+      print(f'  T5X temperature_sample: {t5x.total_s / baseline.total_s:.2f}x our baseline\'s '
+            f'time; outputs equal ours: {same:.2f}',
+            file=sys.stderr)
+    quality = {name: output_quality(s.task, references, out.tokens)
+               for name, out in decoded.items()}
+    for g in gammas:
+      row = dict(task=s.task, draft=draft_name, **knobs, chosen=g == best,
+                 **walltime.summarize(baseline, decoded[f'gamma={g}'], gamma=g, alpha=stats.alpha,
+                                      times=times))
+      row['metrics'] = ' '.join(quality['baseline'])
+      for metric, value in quality['baseline'].items():
+        row.update({f'{metric}_baseline': value,
+                    f'{metric}_speculative': quality[f'gamma={g}'][metric]})
+      walltime_rows.append(row)
+      print(f'  gamma {g}: {row["measured_speedup"]:.2f}X measured, '
+            f'{row["predicted_speedup"]:.2f}X predicted', file=sys.stderr)
+  return alpha_rows, walltime_rows, times.row()
+
+
+def tokens_per_second(decoded: walltime.Decoded) -> float:
+  return sum(map(len, decoded.tokens)) / decoded.total_s
+
+
+def metric_cells(row: dict) -> str:
+  return ', '.join(f'{m} {row[m + "_baseline"]:.1f} / {row[m + "_speculative"]:.1f}'
+                   for m in row['metrics'].split())

@@ -1,0 +1,113 @@
+"""Configs, models, the bundled vocabulary and texts for the measurements.
+
+`parse_config` reads a `t5_1_1` size or a JSON file of T5Config fields,
+`load_model` a checkpoint onto it; `encode_texts` turns texts into one-shape
+encoder inputs, `detokenize` output ids back into text, and
+`target_token_stream` a task's targets into the id stream table drafts are
+estimated from. A `Draft` is a T5Model or any provider of `spec_decode.drafts`.
+"""
+
+import dataclasses
+import functools
+import json
+import pathlib
+from typing import Sequence
+
+import jax
+import numpy as np
+import sentencepiece as spm
+
+from spec_decode import checkpoints
+from spec_decode import data
+from spec_decode import decoding
+from spec_decode import drafts
+from spec_decode import models
+from spec_decode.t5.config import T5Config, t5_1_1
+
+
+BOS_ID, EOS_ID = decoding.BOS_ID, 1
+
+
+def parse_config(spec: str, vocab_size: int = 8192, dtype: str | None = None) -> T5Config:
+  """A T5Config from a size name of `t5_1_1` or a JSON file of T5Config fields.
+
+  Args:
+    spec: e.g. 'small' (with `vocab_size`, default the bundled 8k vocabulary)
+      or 'target.json' holding {"vocab_size": 8192, "emb_dim": 512, ...}.
+    vocab_size: vocab_size of a size name; a JSON file has its own.
+    dtype: activation dtype override ('float32' or 'bfloat16'), None keeps it.
+  """
+  if spec.endswith('.json'):
+    config = T5Config(**json.loads(pathlib.Path(spec).read_text()))
+  else:
+    config = t5_1_1(spec, vocab_size=vocab_size)
+  return config if dtype is None else dataclasses.replace(config, dtype=dtype)
+
+
+def load_model(spec: str, checkpoint: str, vocab_size: int = 8192,
+               dtype: str | None = None) -> models.T5Model:
+  """A T5Model from a config spec (see `parse_config`) and a checkpoint path."""
+  config = parse_config(spec, vocab_size, dtype)
+  return models.T5Model(config, jax.device_put(checkpoints.load_params(checkpoint, config)))
+
+
+@functools.cache
+def tokenizer() -> spm.SentencePieceProcessor:
+  """The bundled SentencePiece vocabulary (pad 0, EOS 1)."""
+  return spm.SentencePieceProcessor(model_file=str(data.VOCAB_PATH))
+
+
+def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -> np.ndarray:
+  """Texts -> encoder inputs of one shape, so one compiled function serves all.
+
+  Args:
+    texts: input texts (task prefix included).
+    max_input_len: longer inputs are cut to this many tokens, EOS kept.
+    multiple: the common length is the longest input rounded up to this.
+
+  Returns:
+    [N, S] int32 ids, EOS appended, 0-padded; S <= max(max_input_len, multiple).
+  """
+  ids = [tokenizer().encode(text)[:max_input_len - 1] + [EOS_ID] for text in texts]
+  length = -(-max(len(x) for x in ids) // multiple) * multiple
+  tokens = np.zeros((len(ids), length), np.int32)
+  for i, x in enumerate(ids):
+    tokens[i, :len(x)] = x
+  return tokens
+
+
+def detokenize(ids: Sequence[int]) -> str:
+  """Output ids -> text, cut at the first EOS."""
+  ids = list(ids)
+  return tokenizer().decode(ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids)
+
+
+def target_token_stream(task: str, split: str = 'train', *, limit: int | None = None,
+                        cache_dir: str | pathlib.Path | None = None) -> np.ndarray:
+  """Every target of a local task split tokenized, each followed by EOS.
+
+  Args:
+    task: a local task of `spec_decode.data` ('demo_ende', 'demo_debsum').
+    split: its split.
+    limit: only the first `limit` examples.
+    cache_dir: if given, the stream is saved there as .npy and read back later.
+
+  Returns:
+    [T] int32, the concatenated id sequences (EOS separates them).
+  """
+  path = None
+  if cache_dir is not None:
+    name = f'{task}_{split}_{limit or "all"}_{data.VOCAB_PATH.stem}_targets.npy'
+    path = pathlib.Path(cache_dir) / name
+    if path.exists():
+      return np.load(path)
+  targets = [e['targets'] for e in data.load_examples(task, split, limit)]
+  stream = np.asarray([t for ids in tokenizer().encode(targets) for t in ids + [EOS_ID]],
+                      np.int32)
+  if path is not None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, stream)
+  return stream
+
+
+Draft = models.T5Model | drafts.DraftProvider

@@ -1,0 +1,233 @@
+"""c, c_first and r(K): model calls timed inside compiled loops.
+
+Seconds per call of each model's step function inside a compiled
+`lax.fori_loop` at batch 1, over a real cache, compile and warm-up excluded,
+median over repeats (Section 3.3 and `theory.walltime_improvement`):
+
+  c = draft step (K = 1) / target step (K = 1)
+  c_first = the first draft step after a target call / target step
+  r(K) = target call over K positions / target step (K = 1)
+
+r(K) is used as the non-decreasing fit of the measured times
+(`nondecreasing_fit`): a call over more positions never costs less.
+"""
+
+import dataclasses
+import functools
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_decode import cache as cache_lib
+from spec_decode import decoding
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode.harness import loading
+from spec_decode.harness import progress as progress_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+  """Seconds per model call inside a compiled loop (batch 1, compile excluded).
+
+  Attributes:
+    draft_s: one draft step (K = 1) in a run of draft steps (a loop of draft
+      steps alone): the cost of draft steps 2 .. gamma of an iteration.
+    draft_first_s: the first draft step after a target call: what a draft
+      step adds to a loop of target steps (timed paired, see
+      `draft_step_in_loop_time`). On a CPU it exceeds `draft_s` by the DRAM
+      traffic of re-reading the draft weights that the target call evicted
+      from the cache.
+    verify_measured_s: [k_max] one target call over K = 1 .. k_max
+      positions, as timed.
+  """
+
+  draft_s: float
+  draft_first_s: float
+  verify_measured_s: np.ndarray
+
+  @property
+  def verify_s(self) -> np.ndarray:
+    """[k_max] the verify times as used: the non-decreasing fit of the measured ones."""
+    return nondecreasing_fit(self.verify_measured_s)
+
+  @property
+  def target_s(self) -> float:
+    """One target step (K = 1)."""
+    return float(self.verify_s[0])
+
+  @property
+  def c(self) -> float:
+    """The paper's c: a draft step over a target step."""
+    return self.draft_s / self.target_s
+
+  @property
+  def c_first(self) -> float:
+    """The first draft step of an iteration over a target step."""
+    return self.draft_first_s / self.target_s
+
+  @property
+  def r(self) -> np.ndarray:
+    """[k_max] r(K) = verify_s[K - 1] / target_s, theory's `verify_cost`."""
+    return self.verify_s / self.target_s
+
+  def row(self) -> dict:
+    return dict(target_step_ms=1e3 * self.target_s, draft_step_ms=1e3 * self.draft_s, c=self.c,
+                draft_first_ms=1e3 * self.draft_first_s, c_first=self.c_first,
+                verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist(),
+                verify_measured_ms=(1e3 * np.asarray(self.verify_measured_s)).tolist())
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
+  """Median walltime of fn() over `repeats` runs (already compiled), last result."""
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return float(np.median(times)), out
+
+
+@functools.partial(jax.jit, static_argnames=('capacity',))
+def _fresh_cache(model: loading.Draft, encoder_input_tokens: jax.Array, capacity: int):
+  return model.start(encoder_input_tokens, capacity)[1]
+
+
+@functools.partial(jax.jit, static_argnames=('k', 'num_steps'))
+def _step_loop(model: loading.Draft, encoder_input_tokens: jax.Array, cache: cache_lib.Cache, *,
+               k: int, num_steps: int) -> jax.Array:
+  """num_steps calls over K positions, each fed the argmaxes of the last (serial)."""
+  step_fn, _ = model.start(encoder_input_tokens, cache.capacity)  # XLA drops the unused encoder.
+  position = cache.index
+
+  def body(_, carry):
+    tokens, cache = carry
+    logits, cache = step_fn(tokens, cache)
+    return sampling_lib.argmax(logits).astype(jnp.int32), cache_lib.rewind(cache, position)
+
+  tokens = jnp.full((cache.batch_size, k), loading.EOS_ID + 1, jnp.int32)
+  return jax.lax.fori_loop(0, num_steps, body, (tokens, cache))[0]
+
+
+@functools.partial(jax.jit, static_argnames=('num_steps',))
+def _pair_loop(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: jax.Array,
+               caches: tuple[cache_lib.Cache, cache_lib.Cache], *, num_steps: int) -> jax.Array:
+  """num_steps (draft step, target step) pairs at K = 1, each fed the other's argmax."""
+  (target_cache, draft_cache) = caches
+  target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
+  draft_step, _ = draft.start(encoder_input_tokens, draft_cache.capacity)
+  position = target_cache.index
+
+  def body(_, carry):
+    tokens, target_cache, draft_cache = carry
+    logits, draft_cache = draft_step(tokens, draft_cache)
+    logits, target_cache = target_step(sampling_lib.argmax(logits).astype(jnp.int32),
+                                       target_cache)
+    return (sampling_lib.argmax(logits).astype(jnp.int32),
+            cache_lib.rewind(target_cache, position), cache_lib.rewind(draft_cache, position))
+
+  tokens = jnp.full((target_cache.batch_size, 1), loading.EOS_ID + 1, jnp.int32)
+  return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
+
+
+def draft_step_in_loop_time(target: models.T5Model, draft: loading.Draft,
+                            encoder_input_tokens: jax.Array, *, capacity: int, position: int,
+                            num_steps: int = 64, repeats: int = 5) -> float:
+  """Seconds a draft step adds to a loop of target steps (K = 1), paired.
+
+  Runs of a (draft step, target step) loop alternate with runs of a target-step
+  loop; the result is the median of the per-pair differences, so that drift of
+  a shared machine between runs cancels instead of landing in c.
+  """
+  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+  target_cache, draft_cache = (
+      cache_lib.rewind(c, jnp.full_like(c.index, position)) for c in (
+          _fresh_cache(target, encoder_input_tokens, capacity),
+          _fresh_cache(draft, encoder_input_tokens, capacity)))
+  pair = lambda: _pair_loop(target, draft, encoder_input_tokens, (target_cache, draft_cache),
+                            num_steps=num_steps)
+  alone = lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
+                             num_steps=num_steps)
+  jax.block_until_ready((pair(), alone()))  # compile and warm up
+  differences = [median_time(pair, 1)[0] - median_time(alone, 1)[0] for _ in range(2 * repeats + 1)]
+  return max(float(np.median(differences)), 0.0) / num_steps
+
+
+def step_time(model: loading.Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capacity: int,
+              position: int, num_steps: int = 64, repeats: int = 5) -> float:
+  """Seconds per call of a model's step function over K positions.
+
+  Args:
+    model: a T5Model or a draft provider.
+    encoder_input_tokens: [B, S] int32 (batch 1 for the paper's setting).
+    k: positions per call.
+    capacity: the cache's positions, e.g. decoding.cache_length(...).
+    position: the cache index every call writes at (rewound after each);
+      position + k <= capacity.
+    num_steps: calls per compiled loop.
+    repeats: timed runs of the loop; the median is taken.
+  """
+  if position + k > capacity:
+    raise ValueError(f'position {position} + k {k} exceeds the capacity {capacity}')
+  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+  cache = _fresh_cache(model, encoder_input_tokens, capacity)
+  cache = cache_lib.rewind(cache, jnp.full_like(cache.index, position))
+  run = lambda: _step_loop(model, encoder_input_tokens, cache, k=k, num_steps=num_steps)
+  jax.block_until_ready(run())  # compile and warm up
+  return median_time(run, repeats)[0] / num_steps
+
+
+def measure_step_times(target: models.T5Model, draft: loading.Draft,
+                       encoder_input_tokens: np.ndarray, *, k_max: int, max_decode_len: int,
+                       num_steps: int = 64, repeats: int = 5,
+                       progress: bool = False) -> StepTimes:
+  """c, c_first and r(K) for K = 1 .. k_max (k_max = gamma_max + 1), at mid-output.
+
+  See `StepTimes` for what each time is.
+
+  Args:
+    target: M_p.
+    draft: M_q.
+    encoder_input_tokens: [1, S] one real input.
+    k_max: the largest verify call timed.
+    max_decode_len: sets the caches' capacity as decoding does.
+    num_steps: calls per compiled loop.
+    repeats: timed runs per loop.
+    progress: show a progress bar.
+  """
+  capacity = decoding.cache_length(max_decode_len, k_max - 1)
+  timed = functools.partial(step_time, encoder_input_tokens=encoder_input_tokens,
+                            capacity=capacity, position=max_decode_len // 2,
+                            num_steps=num_steps, repeats=repeats)
+  draft_s = timed(draft)
+  verify_measured_s = np.asarray([timed(target, k=k) for k in progress_lib.bar(
+      range(1, k_max + 1), desc='r(K)', disable=not progress)])
+  draft_first_s = draft_step_in_loop_time(
+      target, draft, encoder_input_tokens, capacity=capacity, position=max_decode_len // 2,
+      num_steps=num_steps, repeats=repeats)
+  return StepTimes(draft_s=draft_s, draft_first_s=draft_first_s,
+                   verify_measured_s=verify_measured_s)
+
+
+def nondecreasing_fit(values: np.ndarray) -> np.ndarray:
+  """The least-squares non-decreasing sequence closest to `values` (pool adjacent violators).
+
+  A target call over more positions never costs less, so a dip in measured
+  r(K) is noise; left in, it would make best_gamma chase it.
+
+  Args:
+    values: [n] measurements in order of K.
+
+  Returns:
+    [n] the fit: each run of violators replaced by its mean.
+  """
+  blocks = []  # [mean, count] of pooled runs
+  for value in np.asarray(values, np.float64):
+    blocks.append([value, 1])
+    while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+      (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+      blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+  return np.concatenate([np.full(n, m) for m, n in blocks])

@@ -1,0 +1,218 @@
+"""Walltime (Table 2): every input decoded alone by each decoder, timed.
+
+Every input is decoded at batch 1 by the baseline and by speculative decoding
+(or T5X's own `temperature_sample` over our step function), one compiled
+function per decoder (inputs padded to one length), interleaved, the median
+over repeats per input. `summarize` compares the measured speedup with eq. (5)
+and splits an iteration's time into draft steps, the verify pass, the
+per-input fixed cost and the rest of the loop.
+"""
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from spec_decode import decoding
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
+from spec_decode.harness import loading
+from spec_decode.harness import step_costs
+
+
+DecodeFn = Callable[[jax.Array, jax.Array], decoding.DecodeOutput]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoded:
+  """N inputs decoded one by one (batch 1), timed.
+
+  Attributes:
+    seconds: [N] median seconds per input over the repeats.
+    tokens: N output id lists (EOS included when emitted).
+    iterations: [N] loop iterations, i.e. target calls.
+    draft_calls: [N] draft calls (0 for the baseline).
+    accept_histogram: [gamma + 1] how often 0..gamma drafts were accepted,
+      over all inputs (the baseline: [target calls]).
+  """
+
+  seconds: np.ndarray
+  tokens: list[list[int]]
+  iterations: np.ndarray
+  draft_calls: np.ndarray
+  accept_histogram: np.ndarray
+
+  @property
+  def total_s(self) -> float:
+    return float(np.sum(self.seconds))
+
+  @property
+  def tokens_per_call(self) -> float:
+    """Generated tokens per target call (eq. (1) measured)."""
+    return sum(map(len, self.tokens)) / max(int(np.sum(self.iterations)), 1)
+
+  def fixed_s(self) -> float:
+    """Seconds per input that do not grow with the loop's iterations.
+
+    The intercept of a least-squares line through (iterations, seconds) of
+    the inputs: encoder passes, cache set-up and the call's dispatch, which
+    eq. (5) does not model. 0 when all inputs took the same number of
+    iterations (no line to fit); clipped to [0, shortest input's seconds].
+    """
+    if len(np.unique(self.iterations)) < 2:
+      return 0.0
+    _, intercept = np.polyfit(self.iterations.astype(float), self.seconds, 1)
+    return float(np.clip(intercept, 0.0, np.min(self.seconds)))
+
+
+def baseline_decoder(target: models.T5Model, *, max_decode_len: int,
+                     sampling: sampling_lib.SamplingParams) -> DecodeFn:
+  """The target alone, `models.generate`, as a DecodeFn."""
+  return lambda inputs, keys: models.generate(target, inputs, keys, max_decode_len=max_decode_len,
+                                              sampling=sampling, eos_id=loading.EOS_ID)
+
+
+def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
+                         sampling: sampling_lib.SamplingParams,
+                         eos_id: int = loading.EOS_ID) -> DecodeFn:
+  """T5X's own `decoding.temperature_sample` on the same network, as a DecodeFn.
+
+  Needs `t5x` (not on PyPI; researchers with TPUs have it). Its
+  `tokens_to_logits` is our step function over our explicit cache, so the
+  comparison isolates the decoding loop. top-k is not supported (T5X's is
+  static); top-p is passed through.
+
+  Raises:
+    ImportError: t5x is not importable.
+    ValueError: sampling.top_k is set.
+  """
+  from t5x import decoding as t5x_decoding  # pylint: disable=g-import-not-at-top
+
+  if np.any(np.asarray(sampling.top_k) > 0):
+    raise ValueError('the T5X baseline takes no top_k here; use top_p or plain sampling')
+  top_p = float(np.asarray(sampling.top_p))
+
+  @jax.jit
+  def decode(inputs: jax.Array, keys: jax.Array) -> decoding.DecodeOutput:
+    step_fn, cache = target.start(inputs, decoding.cache_length(max_decode_len))
+
+    def tokens_to_logits(state):
+      logits, new_cache = step_fn(state.cur_token, state.cache)
+      return logits[:, 0], new_cache
+
+    decodes, _ = t5x_decoding.temperature_sample(
+        jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32), cache, tokens_to_logits,
+        eos_id=eos_id, decode_rng=jax.random.key_data(keys[0]), num_decodes=1,
+        temperature=sampling.temperature, topk=0, topp=top_p if top_p < 1 else 0.0)
+    tokens = decodes[:, 0]  # [B, max_decode_len], 0 after EOS
+    is_eos = tokens == eos_id
+    lengths = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1) + 1,
+                        max_decode_len).astype(jnp.int32)
+    calls = jnp.max(lengths)  # T5X steps every row until the last one ends
+    return decoding.DecodeOutput(
+        tokens=tokens, lengths=lengths, generated=lengths, target_calls=lengths,
+        draft_calls=jnp.zeros_like(lengths), accept_histogram=jnp.sum(lengths)[None],
+        loop_target_calls=calls, loop_draft_calls=jnp.zeros((), jnp.int32))
+
+  return decode
+
+
+def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: int,
+                        max_decode_len: int, sampling: sampling_lib.SamplingParams,
+                        lenience: float = 1.0) -> DecodeFn:
+  """`models.speculative_generate` with a fixed gamma and lenience, as a DecodeFn."""
+  return lambda inputs, keys: models.speculative_generate(
+      target, draft, inputs, keys, gamma=gamma, max_decode_len=max_decode_len, sampling=sampling,
+      lenience=lenience, eos_id=loading.EOS_ID)
+
+
+def time_decoding(decoders: dict[str, DecodeFn], encoder_input_tokens: np.ndarray,
+                  rng: jax.Array, *, repeats: int = 3, progress: bool = False
+                  ) -> dict[str, Decoded]:
+  """Decodes each input alone with every decoder, interleaved, timed.
+
+  Input i is decoded with key fold_in(rng, i) by every decoder and in every
+  repeat. Each decoder compiles once, on input 0, before any timing.
+
+  Args:
+    decoders: name -> `decode(inputs [1, S], keys [1]) -> DecodeOutput`.
+    encoder_input_tokens: [N, S] int32, one shape for all inputs.
+    rng: one PRNG key.
+    repeats: timed runs per input and decoder; the median is kept.
+    progress: show a progress bar.
+
+  Returns:
+    name -> Decoded.
+  """
+  inputs = [jnp.asarray(encoder_input_tokens[i:i + 1]) for i in range(len(encoder_input_tokens))]
+  keys = [jax.random.fold_in(rng, i)[None] for i in range(len(inputs))]
+  for decode in decoders.values():
+    jax.block_until_ready(decode(inputs[0], keys[0]))
+  records = {name: [] for name in decoders}
+  for x, key in zip(tqdm.tqdm(inputs, desc='walltime', disable=not progress), keys):
+    for name, decode in decoders.items():
+      seconds, out = step_costs.median_time(lambda: decode(x, key), repeats)
+      records[name].append((seconds, jax.device_get(out)))
+  return {name: Decoded(
+      seconds=np.asarray([s for s, _ in outs]),
+      tokens=[o.tokens[0, :o.lengths[0]].tolist() for _, o in outs],
+      iterations=np.asarray([int(o.loop_target_calls) for _, o in outs]),
+      draft_calls=np.asarray([int(o.loop_draft_calls) for _, o in outs]),
+      accept_histogram=np.sum([o.accept_histogram for _, o in outs], axis=0))
+          for name, outs in records.items()}
+
+
+def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: float,
+              times: step_costs.StepTimes) -> dict:
+  """Measured against predicted speedup, and where an iteration's time goes.
+
+  Args:
+    baseline: the target alone.
+    speculative: speculative decoding of the same inputs with `gamma`.
+    gamma: its draft length; times must cover K = gamma + 1.
+    alpha: the measured acceptance rate (e.g. `measure_alpha`).
+    times: the measured step times.
+
+  Returns:
+    A flat record: speedups (measured; eq. (5) with the measured r(gamma + 1)
+    and c_first; the paper's eq. (5) with r = 1 and c alone), tokens per call
+    (measured, eq. (1)), the fraction of outputs identical to the baseline's,
+    milliseconds per baseline token and per speculative iteration, split into
+    draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
+    spread over the iterations, and the rest (the loop's own work: sampling,
+    the accept test, cache bookkeeping), and the speedup of the loops alone
+    (fixed costs removed), which is what eq. (5) predicts.
+  """
+  iterations = int(np.sum(speculative.iterations))
+  iteration_ms = 1e3 * speculative.total_s / iterations
+  n = len(speculative.seconds)
+  baseline_fixed_s, speculative_fixed_s = baseline.fixed_s(), speculative.fixed_s()
+  fixed_ms = 1e3 * speculative_fixed_s * n / iterations
+  loop_speedup = ((baseline.total_s - n * baseline_fixed_s)
+                  / (speculative.total_s - n * speculative_fixed_s))
+  # One first draft step per iteration, the other draft calls in a run.
+  draft_calls = int(np.sum(speculative.draft_calls))
+  draft_ms = 1e3 * (times.draft_first_s * min(iterations, draft_calls)
+                    + times.draft_s * max(draft_calls - iterations, 0)) / iterations
+  verify_ms = 1e3 * float(times.verify_s[gamma])
+  token_ms = 1e3 * baseline.total_s / int(np.sum(baseline.iterations))
+  return dict(
+      gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
+      measured_speedup=baseline.total_s / speculative.total_s,
+      loop_speedup=loop_speedup, baseline_fixed_ms=1e3 * baseline_fixed_s,
+      speculative_fixed_ms=1e3 * speculative_fixed_s,
+      predicted_speedup=float(theory.walltime_improvement(alpha, gamma, times.c, times.r,
+                                                          times.c_first)),
+      predicted_speedup_eq5=float(theory.walltime_improvement(alpha, gamma, times.c)),
+      tokens_per_call=speculative.tokens_per_call,
+      expected_tokens_per_call=float(theory.expected_tokens(alpha, gamma)),
+      identical=float(np.mean([b == s for b, s in zip(baseline.tokens, speculative.tokens)])),
+      baseline_s=baseline.total_s, speculative_s=speculative.total_s,
+      baseline_token_ms=token_ms, target_step_ms=1e3 * times.target_s,
+      iteration_ms=iteration_ms, draft_ms=draft_ms, verify_ms=verify_ms, fixed_ms=fixed_ms,
+      other_ms=iteration_ms - draft_ms - verify_ms - fixed_ms,
+      accept_histogram=speculative.accept_histogram.tolist())
