@@ -1,0 +1,112 @@
+"""Tests for spec_decode.harness.shapes and scripts/accelerator_check.sh (CPU, tiny shapes)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from spec_decode import theory
+from spec_decode.harness import shapes
+from spec_decode.harness import shapes_report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# What the accelerator image lacks: the script must run without any of it.
+ABSENT = ('seqio', 'tensorflow', 'tensorflow_datasets', 'gin', 'tqdm', 'matplotlib', 'safetensors',
+          'sacrebleu', 'rouge_score', 'torch', 'transformers')
+
+
+def _record(iteration_ms: dict[int, float], *, batch_size: int = 1, token_ms: float = 10.0,
+            first_ms: float = 1.0) -> dict:
+  """A measure_shapes record with given per-iteration costs (target step 10 ms)."""
+  gammas = sorted(iteration_ms)
+  k_max = max(gammas) + 1
+  r = [1.0 + 0.1 * k for k in range(k_max)]
+  return dict(
+      settings=dict(batch_size=batch_size, alphas=[0.5, 0.9], target='xxl', draft='small'),
+      steps=dict(c=0.05, c_first=first_ms / 10.0, r=r, draft_first_ms=first_ms,
+                 draft_step_ms=0.5, target_step_ms=10.0, verify_ms=[10.0 * x for x in r],
+                 verify_measured_ms=[10.0 * x for x in r]),
+      loops=[dict(loop='baseline', gamma=0, iteration_ms=token_ms)]
+      + [dict(loop=f'gamma {g}', gamma=g, iteration_ms=ms) for g, ms in iteration_ms.items()])
+
+
+def test_speedup_is_eq1_over_the_measured_iteration_plus_the_catch_up():
+  out = shapes.speedups(_record({2: 15.0, 7: 25.0}))
+  # alpha 0.5, gamma 2: E = 1.75 tokens; a sweep (prob 0.25) adds the 1 ms catch-up step.
+  assert out['table'][0]['0.5'] == pytest.approx(1.75 * 10.0 / (15.0 + 0.25 * 1.0))
+  e7 = float(theory.expected_tokens(0.9, 7))
+  assert out['table'][1]['0.9'] == pytest.approx(e7 * 10.0 / (25.0 + 0.9**7 * 1.0))
+  best = {row['alpha']: row for row in out['best']}
+  assert best[0.5]['gamma'] == 2 and best[0.9]['gamma'] == 7
+  assert best[0.9]['parts_speedup'] == pytest.approx(float(theory.walltime_improvement(
+      0.9, best[0.9]['parts_gamma'], 0.05, np.asarray(_record({2: 1, 7: 1})['steps']['r']), 0.1)))
+  # The paper's EnDe T5-small rows (gamma 7) get this run's figure; the pair is XXL/small.
+  ende_small = [row for row in out['paper'] if row['task'] == 'EnDe' and row['draft'] == 'T5-small']
+  assert all(row['this_pair'] and row['predicted'] is not None for row in ende_small)
+  assert all(row['predicted'] is None for row in out['paper'] if row['gamma'] not in (2, 7))
+
+
+def test_a_batch_sweeps_when_any_row_does():
+  one, eight = (shapes.speedups(_record({3: 20.0}, batch_size=b))['table'][0]['0.9']
+                for b in (1, 8))
+  e = float(theory.expected_tokens(0.9, 3))
+  assert one == pytest.approx(e * 10 / (20 + 0.9**3))
+  assert eight == pytest.approx(e * 10 / (20 + 1 - (1 - 0.9**3)**8))
+
+
+@pytest.mark.parametrize('change, message', [
+    (dict(dtype='fp16'), 'dtype'), (dict(gammas=()), 'gammas'), (dict(gammas=(0, 2)), 'gammas'),
+    (dict(batch_size=0), 'batch_size'), (dict(alphas=(1.5,)), 'alpha')])
+def test_bad_settings_are_named(change, message):
+  with pytest.raises(ValueError, match=message):
+    shapes.ShapeSettings(**change)
+
+
+def test_report_rebuilds_from_its_json(tmp_path):
+  record = _record({1: 12.0, 2: 15.0})
+  record.update(shapes.speedups(record), devices=['cpu:0'], device_kind='cpu', platform='cpu',
+                jax_version='0', build_s=1.0, params=dict(target=11e9, draft=77e6),
+                start_ms=dict(target=5.0, draft=1.0), peak_memory_gib=1.0,
+                peak_memory_kind='peak process RSS')
+  record['settings'].update(dtype='bfloat16', input_len=64, max_decode_len=32, model_parallel=1,
+                            repeats=3)
+  for row in record['loops']:
+    row.update(compile_s=1.0, iterations=32)
+  paths = shapes_report.write_report(tmp_path, record, 'python scripts/shape_walltime.py')
+  text = paths[0].read_text()
+  assert text.startswith(shapes_report.ALPHA_IS_INPUT)
+  assert '| gamma 2 | 1.0 | 15.000 |' in text and 'T5-small' in text
+  assert json.loads(paths[1].read_text())['table'] == record['table']
+  assert {p.name for p in paths} >= {'loops.csv', 'speedup.csv', 'r_vs_k.png'}
+
+
+def test_accelerator_check_small_runs_without_the_absent_packages(tmp_path):
+  blocker = tmp_path / 'blocker'
+  blocker.mkdir()
+  (blocker / 'sitecustomize.py').write_text(textwrap.dedent(f'''
+      import importlib.abc, sys
+      class _Absent(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+          if name.split('.')[0] in {ABSENT!r}:
+            raise ImportError(f'{{name}} is not installed on the accelerator image')
+          return None
+      sys.meta_path.insert(0, _Absent())
+  '''))
+  env = dict(os.environ, PYTHONPATH=str(blocker), PYTHON=sys.executable)
+  done = subprocess.run(['bash', 'scripts/accelerator_check.sh', '--small'], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  index = ROOT / done.stdout.strip().splitlines()[-1].removeprefix('report: ')
+  runs = ['nano_nano_batch1', 'nano_nano_batch2', 'demo_pair']
+  assert all(f'[{run}/]' in index.read_text() for run in runs)
+  for run in runs:
+    text = (index.parent / run / 'report.md').read_text()
+    assert text.startswith(shapes_report.ALPHA_IS_INPUT) and '(no plots: ' in text
+    result = json.loads((index.parent / run / 'results.json').read_text())
+    assert [row['loop'] for row in result['loops']][0] == 'baseline'
+    assert all(row['iteration_ms'] > 0 for row in result['loops'])
