@@ -109,4 +109,7 @@ def test_accelerator_check_small_runs_without_the_absent_packages(tmp_path):
     assert text.startswith(shapes_report.ALPHA_IS_INPUT) and '(no plots: ' in text
     result = json.loads((index.parent / run / 'results.json').read_text())
     assert [row['loop'] for row in result['loops']][0] == 'baseline'
-    assert all(row['iteration_ms'] > 0 for row in result['loops'])
+    # Tiny loops: their ms per iteration (loop minus the timed starts) is noise here, so only
+    # that every loop ran to full length is checked.
+    assert all(row['seconds'] > 0 and 1 <= row['iterations'] <= 4 for row in result['loops'])
+    assert len(result['steps']['r']) == 2 and result['table'][0]['gamma'] == 1
