@@ -163,9 +163,11 @@ class Output:
       self._file.close()
     except OSError:
       pass  # A full disk fails the flush again; what reached the file stays.
-    done = f'{self.records} of {total} records'
     if self.path == '-':
-      return f'stdout holds only the first {done}'
+      return f'stdout holds only the first {self.records} of {total} records'
+    # Count what reached the file: a signal can land between a flush and the count.
+    self.records = self._partial.read_bytes().count(b'\n')
+    done = f'{self.records} of {total} records'
     if not self.records:
       self._partial.unlink(missing_ok=True)
       return f'nothing was written to {self.path}'

