@@ -133,6 +133,27 @@ def _pair_loop(target: models.T5Model, draft: loading.Draft, encoder_input_token
   return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
 
 
+def _fresh_caches(models_: tuple, encoder_input_tokens: jax.Array, capacity: int,
+                  position: int) -> list[cache_lib.Cache]:
+  """Each model's fresh cache, rewound to write at `position`."""
+  return [cache_lib.rewind(c, jnp.full_like(c.index, position))
+          for c in (_fresh_cache(m, encoder_input_tokens, capacity) for m in models_)]
+
+
+def _round_robin(runs: dict, repeats: int) -> dict:
+  """name -> [repeats] seconds of each compiled run, the runs interleaved.
+
+  Each round times every run once, so that a shared machine's drift between
+  rounds moves all of them alike instead of biasing their ratios.
+  """
+  jax.block_until_ready([run() for run in runs.values()])  # compile and warm up
+  seconds = {name: [] for name in runs}
+  for _ in range(repeats):
+    for name, run in runs.items():
+      seconds[name].append(median_time(run, 1)[0])
+  return seconds
+
+
 def draft_step_in_loop_time(target: models.T5Model, draft: loading.Draft,
                             encoder_input_tokens: jax.Array, *, capacity: int, position: int,
                             num_steps: int = 64, repeats: int = 5) -> float:
@@ -143,16 +164,14 @@ def draft_step_in_loop_time(target: models.T5Model, draft: loading.Draft,
   a shared machine between runs cancels instead of landing in c.
   """
   encoder_input_tokens = jnp.asarray(encoder_input_tokens)
-  target_cache, draft_cache = (
-      cache_lib.rewind(c, jnp.full_like(c.index, position)) for c in (
-          _fresh_cache(target, encoder_input_tokens, capacity),
-          _fresh_cache(draft, encoder_input_tokens, capacity)))
-  pair = lambda: _pair_loop(target, draft, encoder_input_tokens, (target_cache, draft_cache),
-                            num_steps=num_steps)
-  alone = lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
-                             num_steps=num_steps)
-  jax.block_until_ready((pair(), alone()))  # compile and warm up
-  differences = [median_time(pair, 1)[0] - median_time(alone, 1)[0] for _ in range(2 * repeats + 1)]
+  target_cache, draft_cache = _fresh_caches((target, draft), encoder_input_tokens, capacity,
+                                            position)
+  seconds = _round_robin({
+      'pair': lambda: _pair_loop(target, draft, encoder_input_tokens, (target_cache, draft_cache),
+                                 num_steps=num_steps),
+      'alone': lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
+                                  num_steps=num_steps)}, 2 * repeats + 1)
+  differences = np.subtract(seconds['pair'], seconds['alone'])
   return max(float(np.median(differences)), 0.0) / num_steps
 
 
@@ -170,14 +189,24 @@ def step_time(model: loading.Draft, encoder_input_tokens: jax.Array, *, k: int =
     num_steps: calls per compiled loop.
     repeats: timed runs of the loop; the median is taken.
   """
-  if position + k > capacity:
-    raise ValueError(f'position {position} + k {k} exceeds the capacity {capacity}')
+  return _step_times({'call': (model, k)}, encoder_input_tokens, capacity=capacity,
+                     position=position, num_steps=num_steps, repeats=repeats)['call']
+
+
+def _step_times(calls: dict, encoder_input_tokens: jax.Array, *, capacity: int, position: int,
+                num_steps: int, repeats: int) -> dict:
+  """name -> seconds per call, for calls {name: (model, K)} timed round-robin."""
+  k_max = max(k for _, k in calls.values())
+  if position + k_max > capacity:
+    raise ValueError(f'position {position} + k {k_max} exceeds the capacity {capacity}')
   encoder_input_tokens = jnp.asarray(encoder_input_tokens)
-  cache = _fresh_cache(model, encoder_input_tokens, capacity)
-  cache = cache_lib.rewind(cache, jnp.full_like(cache.index, position))
-  run = lambda: _step_loop(model, encoder_input_tokens, cache, k=k, num_steps=num_steps)
-  jax.block_until_ready(run())  # compile and warm up
-  return median_time(run, repeats)[0] / num_steps
+  runs = {}
+  for name, (model, k) in calls.items():
+    [cache] = _fresh_caches((model,), encoder_input_tokens, capacity, position)
+    runs[name] = functools.partial(_step_loop, model, encoder_input_tokens, cache, k=k,
+                                   num_steps=num_steps)
+  return {name: float(np.median(seconds)) / num_steps
+          for name, seconds in _round_robin(runs, repeats).items()}
 
 
 def measure_step_times(target: models.T5Model, draft: loading.Draft,
@@ -186,7 +215,9 @@ def measure_step_times(target: models.T5Model, draft: loading.Draft,
                        progress: bool = False) -> StepTimes:
   """c, c_first and r(K) for K = 1 .. k_max (k_max = gamma_max + 1), at mid-output.
 
-  See `StepTimes` for what each time is.
+  See `StepTimes` for what each time is. The draft step and the target calls
+  over K = 1 .. k_max are timed round-robin (each once per round), so that c
+  and r(K), ratios, do not pick up the machine's drift between their parts.
 
   Args:
     target: M_p.
@@ -195,21 +226,21 @@ def measure_step_times(target: models.T5Model, draft: loading.Draft,
     k_max: the largest verify call timed.
     max_decode_len: sets the caches' capacity as decoding does.
     num_steps: calls per compiled loop.
-    repeats: timed runs per loop.
+    repeats: timed rounds.
     progress: show a progress bar.
   """
   capacity = decoding.cache_length(max_decode_len, k_max - 1)
-  timed = functools.partial(step_time, encoder_input_tokens=encoder_input_tokens,
-                            capacity=capacity, position=max_decode_len // 2,
-                            num_steps=num_steps, repeats=repeats)
-  draft_s = timed(draft)
-  verify_measured_s = np.asarray([timed(target, k=k) for k in progress_lib.bar(
-      range(1, k_max + 1), desc='r(K)', disable=not progress)])
-  draft_first_s = draft_step_in_loop_time(
-      target, draft, encoder_input_tokens, capacity=capacity, position=max_decode_len // 2,
-      num_steps=num_steps, repeats=repeats)
-  return StepTimes(draft_s=draft_s, draft_first_s=draft_first_s,
-                   verify_measured_s=verify_measured_s)
+  common = dict(encoder_input_tokens=encoder_input_tokens, capacity=capacity,
+                position=max_decode_len // 2, num_steps=num_steps, repeats=repeats)
+  parts = {
+      'c and r(K)': lambda: _step_times(
+          {'draft': (draft, 1), **{k: (target, k) for k in range(1, k_max + 1)}}, **common),
+      'c_first': lambda: draft_step_in_loop_time(target, draft, **common)}
+  times = {name: parts[name]() for name in progress_lib.bar(
+      list(parts), desc='step costs', disable=not progress)}
+  return StepTimes(
+      draft_s=times['c and r(K)']['draft'], draft_first_s=times['c_first'],
+      verify_measured_s=np.asarray([times['c and r(K)'][k] for k in range(1, k_max + 1)]))
 
 
 def nondecreasing_fit(values: np.ndarray) -> np.ndarray:
