@@ -12,11 +12,16 @@ that end with EOS (an output cut at max_decode_len would teach the draft to
 stop where the target does not). `write_split` / `read_split` store them as
 JSON lines {"inputs", "targets", "source"}; `spec_decode.tasks.distilled_task`
 serves a folder of such splits as a seqio task to `spec_decode.train`.
+
+White-box distillation (`spec_decode.whitebox`) trains on the target's whole
+distributions instead, over a `Mixture` of sequences: the tasks' references,
+such records, and the draft's own samples (on-policy), drawn anew as it trains.
 """
 
+import itertools
 import json
 import pathlib
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -24,6 +29,7 @@ import numpy as np
 from spec_decode import data
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode import train as train_lib
 from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 
@@ -114,3 +120,118 @@ def read_split(data_dir: str | pathlib.Path, split: str) -> list[dict[str, str]]
         raise ValueError(f'{path} line {number}: needs string "inputs" and "targets".')
       records.append(record)
   return records
+
+
+# White-box distillation (spec_decode.whitebox) trains on a mix of sequences:
+# references, the target's outputs (records above) and the draft's own samples.
+
+ROWS = 64  # rows per decoding or scoring call of on-policy and evaluation samples
+Example = tuple[list[int], list[int]]  # (input ids, output ids), each ending with EOS unless cut
+
+
+def _encode(text: str, max_len: int) -> list[int]:
+  """Text -> ids ending with EOS, cut to max_len (EOS kept), as seqio's tasks."""
+  return loading.tokenizer().encode(text)[:max_len - 1] + [loading.EOS_ID]
+
+
+def _shuffled(items: Sequence[Any], rng: np.random.Generator) -> Iterator[Any]:
+  """Endless passes over `items`, each in a fresh random order."""
+  while True:
+    yield from (items[i] for i in rng.permutation(len(items)))
+
+
+def _weighted(streams: Sequence[Iterator[Any]], weights: Sequence[float],
+              rng: np.random.Generator) -> Iterator[Any]:
+  """Each item from streams[i] with probability weights[i] / sum(weights)."""
+  shares = np.asarray(weights, np.float64) / np.sum(weights)
+  while True:
+    yield next(streams[rng.choice(len(streams), p=shares)])
+
+
+def _features(example: Example, input_len: int, output_len: int) -> dict[str, np.ndarray]:
+  """A padded example: encoder inputs [input_len], decoder inputs and mask [output_len]."""
+  inputs, outputs = example
+  features = {'encoder_input_tokens': np.zeros(input_len, np.int32),
+              'decoder_input_tokens': np.zeros(output_len, np.int32),
+              'decoder_loss_weights': np.zeros(output_len, np.int32)}
+  features['encoder_input_tokens'][:len(inputs)] = inputs
+  features['decoder_input_tokens'][1:len(outputs)] = outputs[:-1]  # shifted right after 0
+  features['decoder_loss_weights'][:len(outputs)] = 1
+  return features
+
+
+def _samples(model: models.T5Model, inputs: Sequence[list[int]], cfg: Any,
+             temperature: float, rng: jax.Array) -> list[Example]:
+  """One sample of `model` per input, cut at max_decode_len if it has no EOS.
+
+  Inputs of similar length are decoded together, ROWS at a time (the last
+  group filled up with copies), padded to their input bucket: one compiled
+  loop per bucket, and short inputs do not pay for long ones.
+  """
+  rows, samples = min(ROWS, len(inputs)), [None] * len(inputs)
+  order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
+  for start in range(0, len(order), rows):
+    group = order[start:start + rows]
+    length = next(b for b in cfg.input_buckets if b >= len(inputs[group[-1]]))
+    tokens = np.zeros((rows, length), np.int32)
+    for row, i in enumerate(group + group[:1] * (rows - len(group))):
+      tokens[row, :len(inputs[i])] = inputs[i]
+    out = models.generate(model, tokens, jax.random.fold_in(rng, start),
+                          max_decode_len=cfg.max_decode_len,
+                          sampling=sampling_lib.SamplingParams.create(temperature))
+    for i, output, n in zip(group, *jax.device_get((out.tokens, out.lengths))):
+      samples[i] = (inputs[i], output[:n].tolist())
+  return samples
+
+
+class Mixture:
+  """A run's training sequences: references, the target's outputs, the draft's samples.
+
+  Attributes:
+    examples: endless Examples, each one's source drawn by weight.
+    pool: the on-policy Examples, cycled through; `refresh` replaces them
+      (and must come first when on_policy_weight > 0).
+  """
+
+  def __init__(self, cfg: Any, seed: int):
+    self.cfg, self.pool = cfg, []
+    rng = np.random.default_rng(seed)
+    self._references = _weighted([_shuffled(data.load_examples(task, 'train'), rng)
+                                  for task, _ in cfg.tasks], [w for _, w in cfg.tasks], rng)
+    sources = {}
+    if cfg.reference_weight:
+      sources[self._tokenized(self._references)] = cfg.reference_weight
+    if cfg.distilled_weight:
+      records = _shuffled(read_split(cfg.distill_dir, 'train'), rng)
+      sources[self._tokenized(records)] = cfg.distilled_weight
+    if cfg.on_policy_weight:
+      sources[(self.pool[i % len(self.pool)] for i in itertools.count())] = cfg.on_policy_weight
+    self.examples = _weighted(list(sources), list(sources.values()), rng)
+
+  def _tokenized(self, records: Iterator[dict[str, str]]) -> Iterator[Example]:
+    for record in records:
+      yield (_encode(record['inputs'], self.cfg.input_buckets[-1]),
+             _encode(record['targets'], self.cfg.target_buckets[-1]))
+
+  def refresh(self, draft: models.T5Model, rng: jax.Array) -> dict[str, float]:
+    """Makes the pool the draft's samples for the next on_policy_samples inputs.
+
+    Returns:
+      The samples' mean length and the share that ends with EOS.
+    """
+    inputs = [_encode(next(self._references)['inputs'], self.cfg.input_buckets[-1])
+              for _ in range(self.cfg.on_policy_samples)]
+    self.pool = _samples(draft, inputs, self.cfg, self.cfg.on_policy_temperature, rng)
+    return {'on_policy_length': float(np.mean([len(y) for _, y in self.pool])),
+            'on_policy_eos': float(np.mean([y[-1:] == [loading.EOS_ID] for _, y in self.pool]))}
+
+  def batches(self) -> Iterator[dict[str, np.ndarray]]:
+    """The examples in length buckets (`spec_decode.train.bucketed_batches`).
+
+    Yields:
+      encoder_input_tokens [rows, Li], decoder_input_tokens and
+      decoder_loss_weights [rows, Lt].
+    """
+    sizes = (self.cfg.input_buckets[-1], self.cfg.target_buckets[-1])
+    return train_lib.bucketed_batches((_features(e, *sizes) for e in self.examples),
+                                      self.cfg.train_config())

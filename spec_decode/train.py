@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
-import seqio
 import tqdm
 
 from spec_decode import checkpoints
@@ -204,6 +203,9 @@ def bucketed_batches(examples: Iterator[Batch], cfg: TrainConfig) -> Iterator[Ba
 
 def dataset(cfg: TrainConfig, split: str, *, shuffle: bool, seed: int) -> Iterator[Batch]:
   """Bucketed batches of a seqio task/mixture split (repeats when shuffled)."""
+  # Imported here: seqio loads TensorFlow (~7 s), which spec_decode.whitebox,
+  # reading text without seqio, does not need.
+  import seqio  # pylint: disable=g-import-not-at-top
   lengths = {'inputs': cfg.input_buckets[-1], 'targets': cfg.target_buckets[-1]}
   ds = seqio.get_mixture_or_task(cfg.mixture).get_dataset(
       sequence_length=lengths, split=split, shuffle=shuffle, seed=seed,
@@ -232,14 +234,8 @@ def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
   workdir = pathlib.Path(workdir).absolute()
   workdir.mkdir(parents=True, exist_ok=True)
   model, tx = Transformer(model_config), optimizer(cfg)
-  manager = _checkpoint_manager(workdir)
-  if manager.latest_step() is None and cfg.init_checkpoint:
-    params = jax.tree.map(jnp.asarray, checkpoints.load_params(
-        cfg.init_checkpoint, model_config, dtype=jnp.float32))
-    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-    print(f'parameters from {cfg.init_checkpoint}', flush=True)
-  else:
-    state = _restore_or_init(manager, model, tx, cfg.seed)
+  manager = checkpoint_manager(workdir)
+  state = start_state(manager, model_config, tx, cfg.seed, cfg.init_checkpoint)
   start = int(state.step)
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'{n_params / 1e6:.1f}M parameters; steps {start} -> {cfg.num_steps}', flush=True)
@@ -276,9 +272,35 @@ def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
   return state
 
 
-def _checkpoint_manager(workdir: pathlib.Path) -> ocp.CheckpointManager:
+def checkpoint_manager(workdir: pathlib.Path) -> ocp.CheckpointManager:
+  """The orbax checkpoints of a run, WORKDIR/checkpoints (the latest two kept)."""
   return ocp.CheckpointManager(workdir / 'checkpoints',
                                options=ocp.CheckpointManagerOptions(max_to_keep=2))
+
+
+def start_state(manager: ocp.CheckpointManager, model_config: T5Config,
+                tx: optax.GradientTransformation, seed: int,
+                init_checkpoint: str | None = None) -> TrainState:
+  """Where a run starts or resumes.
+
+  Args:
+    manager: the run's checkpoints (see `checkpoint_manager`).
+    model_config: the trained network's sizes.
+    tx: the run's optimizer.
+    seed: of a fresh initialisation.
+    init_checkpoint: a T5X, orbax or Hugging Face checkpoint to start from.
+
+  Returns:
+    The latest saved state; when nothing was saved yet, the parameters of
+    `init_checkpoint` (float32) with a fresh optimizer state at step 0, or
+    without it a fresh initialisation.
+  """
+  if manager.latest_step() is None and init_checkpoint:
+    params = jax.tree.map(jnp.asarray, checkpoints.load_params(
+        init_checkpoint, model_config, dtype=jnp.float32))
+    print(f'parameters from {init_checkpoint}', flush=True)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+  return _restore_or_init(manager, Transformer(model_config), tx, seed)
 
 
 def _restore_or_init(manager: ocp.CheckpointManager, model: Transformer,
@@ -303,7 +325,7 @@ def export(model_config: T5Config, cfg: TrainConfig, workdir: str, output_dir: s
   """
   if output_dir is None:
     raise ConfigError('export needs an output directory: bind OUTPUT_DIR')
-  manager = _checkpoint_manager(pathlib.Path(workdir).absolute())
+  manager = checkpoint_manager(pathlib.Path(workdir).absolute())
   if manager.latest_step() is None:
     raise ConfigError(f'no checkpoint to export in {workdir}/checkpoints')
   state = _restore_or_init(manager, Transformer(model_config), optimizer(cfg), cfg.seed)

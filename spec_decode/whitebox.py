@@ -1,0 +1,362 @@
+"""White-box draft distillation (DistillSpec, Zhou et al., ICLR 2024).
+
+The bundled drafts learnt the target's outputs as hard labels (sequence-level
+distillation, `spec_decode.distill` + `spec_decode.train`). Here the draft M_q
+learns the target M_p's whole next-token distribution at every position: both
+run teacher-forced on the same decoder inputs in one compiled step, the target
+forward only, and the draft descends a divergence between
+p = softmax(target logits / T) and q = softmax(draft logits / T):
+
+  tvd  1 - sum_x min(p, q) = 0.5 sum_x |p - q|; alpha = 1 - E[tvd], so this
+       maximises the acceptance rate itself
+  fkl  KL(p || q), the usual distillation loss (covers all of p's mass)
+  rkl  KL(q || p) (q seeks p's modes)
+  jsd  0.5 KL(p || m) + 0.5 KL(q || m), m = (p + q) / 2
+
+The sequences are a mix (shares of the examples): references of local tasks,
+the target's own outputs (records of scripts/distill.py) and on-policy data,
+the current draft's own samples for training inputs, drawn anew every
+`on_policy_every` steps (DistillSpec found draft-generated data the most
+reliable). beta = sum_x min(p, q) over the training positions is a running
+alpha estimate; every `eval_every` steps alpha itself is measured as for
+Table 3 (scripts/measure_alpha.py): on the target's own samples for
+validation inputs, the prefixes speculative sampling meets. Optimizer,
+checkpoints and resumption are `spec_decode.train`'s; the log is
+WORKDIR/log.jsonl.
+
+  python scripts/whitebox.py --gin_file=runs/whitebox.gin ...  (see the gin file)
+"""
+
+import dataclasses
+import functools
+import json
+import pathlib
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import tqdm
+
+from spec_decode import checkpoints
+from spec_decode import data
+from spec_decode import distill
+from spec_decode import gin_utils
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import train as train_lib
+from spec_decode.gin_utils import ConfigError
+from spec_decode.harness import acceptance
+from spec_decode.harness import loading
+from spec_decode.t5.config import T5Config
+from spec_decode.t5.network import Transformer
+
+DIVERGENCES = ('tvd', 'fkl', 'rkl', 'jsd')
+
+
+class Stats(NamedTuple):
+  """Means over the masked-in positions of a batch (float32 scalars).
+
+  Attributes:
+    loss: the divergence between p and q.
+    beta: sum_x min(p, q); its mean over the target's own prefixes is alpha.
+    agreement: argmax p == argmax q, alpha at temperature 0.
+  """
+
+  loss: jax.Array
+  beta: jax.Array
+  agreement: jax.Array
+
+
+def divergence(name: str, target_logits: jax.Array, draft_logits: jax.Array, mask: jax.Array,
+               temperature: float | jax.Array) -> Stats:
+  """A divergence between the target's and the draft's next-token distributions.
+
+  Args:
+    name: 'tvd', 'fkl', 'rkl' or 'jsd' (see the module docstring).
+    target_logits: [B, L, V] finite logits of M_p.
+    draft_logits: [B, L, V] finite logits of M_q.
+    mask: [B, L] bool, the positions to average over.
+    temperature: T > 0; p = softmax(target_logits / T), q likewise.
+
+  Returns:
+    Stats, each the mean over the masked-in positions (0 when there are none),
+    in float32 from log-softmaxes.
+
+  Raises:
+    ValueError: an unknown name.
+  """
+  if name not in DIVERGENCES:
+    raise ValueError(f'unknown divergence {name!r}; choose one of {DIVERGENCES}')
+  log_p = jax.nn.log_softmax(target_logits.astype(jnp.float32) / temperature, axis=-1)
+  log_q = jax.nn.log_softmax(draft_logits.astype(jnp.float32) / temperature, axis=-1)
+  p, q = jnp.exp(log_p), jnp.exp(log_q)
+  if name == 'tvd':
+    per_position = 0.5 * jnp.sum(jnp.abs(p - q), axis=-1)
+  elif name == 'fkl':
+    per_position = jnp.sum(p * (log_p - log_q), axis=-1)
+  elif name == 'rkl':
+    per_position = jnp.sum(q * (log_q - log_p), axis=-1)
+  else:
+    log_m = jnp.logaddexp(log_p, log_q) - jnp.log(2.0)
+    per_position = 0.5 * jnp.sum(p * (log_p - log_m) + q * (log_q - log_m), axis=-1)
+  agreement = jnp.argmax(target_logits, axis=-1) == jnp.argmax(draft_logits, axis=-1)
+
+  def mean(x):  # [B, L] -> [] over the mask (where: padding's values never enter)
+    return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+
+  return Stats(mean(per_position), mean(jnp.sum(jnp.minimum(p, q), axis=-1)),
+               mean(agreement.astype(jnp.float32)))
+
+
+@dataclasses.dataclass(frozen=True)
+class WhiteboxConfig:
+  """Settings of one white-box distillation run.
+
+  Attributes:
+    divergence: 'tvd', 'fkl', 'rkl' or 'jsd'.
+    temperature: T of p and q in the training divergence, > 0.
+    tasks: (local task, weight > 0) pairs: the inputs of references and
+      on-policy samples (train splits, drawn by weight) and of the evaluation
+      (validation splits, in proportion).
+    distill_dir: a scripts/distill.py folder (its train.jsonl).
+    reference_weight, distilled_weight, on_policy_weight: the shares of the
+      examples (normalised; each example's source is drawn) that are the
+      tasks' references, the records of distill_dir, the draft's samples.
+    on_policy_every: steps between fresh pools of draft samples (a pool is
+      cycled through until the next).
+    on_policy_samples: inputs per pool, one draft sample each.
+    on_policy_temperature: the draft's sampling temperature (0: greedy).
+    max_decode_len: most tokens of a draft or evaluation sample, EOS
+      included; at most target_buckets[-1].
+    eval_every: steps between measurements of alpha.
+    eval_examples: validation inputs of the measurement (0: none).
+    eval_temperature: the temperature of alpha and of the target's samples
+      (0: greedy outputs, alpha the argmax agreement).
+    log_every: steps between log lines (means over those steps).
+    init_checkpoint: the draft's parameters (T5X, orbax or Hugging Face) when
+      the workdir holds no checkpoint yet; random ones without it.
+    num_steps, batch_tokens, input_buckets, target_buckets, optimizer,
+    learning_rate, warmup_steps, weight_decay, checkpoint_every, seed: as in
+      `spec_decode.train.TrainConfig` (longer outputs are cut to the last
+      target bucket).
+  """
+
+  divergence: str = 'fkl'
+  temperature: float = 1.0
+  tasks: tuple[tuple[str, float], ...] = (('demo_ende', 2.0), ('demo_multi30k', 2.0),
+                                          ('demo_debsum', 1.0))
+  distill_dir: str | None = None
+  reference_weight: float = 0.5
+  distilled_weight: float = 0.0
+  on_policy_weight: float = 0.5
+  on_policy_every: int = 10
+  on_policy_samples: int = 256
+  on_policy_temperature: float = 1.0
+  max_decode_len: int = 64
+  eval_every: int = 50
+  eval_examples: int = 200
+  eval_temperature: float = 1.0
+  log_every: int = 10
+  init_checkpoint: str | None = None
+  num_steps: int = 500
+  batch_tokens: int = 4096
+  input_buckets: tuple[int, ...] = (32, 64, 128, 256)
+  target_buckets: tuple[int, ...] = (32, 64)
+  optimizer: str = 'adafactor'
+  learning_rate: float = 1e-3
+  warmup_steps: int = 50
+  weight_decay: float = 0.01
+  checkpoint_every: int = 100
+  seed: int = 0
+
+  def __post_init__(self):
+    weights = (self.reference_weight, self.distilled_weight, self.on_policy_weight)
+    for ok, message in (
+        (self.divergence in DIVERGENCES,
+         f'unknown divergence {self.divergence!r}; choose one of {DIVERGENCES}'),
+        (self.temperature > 0 and self.eval_temperature >= 0,
+         'temperature must be > 0, eval_temperature >= 0'),
+        (min(weights) >= 0 and max(weights) > 0, 'the weights must be >= 0, one of them > 0'),
+        (self.distill_dir or not self.distilled_weight, 'distilled_weight > 0 needs distill_dir'),
+        (self.tasks or not (self.reference_weight or self.on_policy_weight or self.eval_examples),
+         'references, on-policy samples and evaluation need tasks'),
+        (all(len(t) == 2 and t[0] in data.LOCAL_TASKS and t[1] > 0 for t in self.tasks),
+         f'tasks are (name, weight > 0) pairs of {data.LOCAL_TASKS}'),
+        (1 <= self.max_decode_len <= self.target_buckets[-1],
+         'max_decode_len must be in [1, target_buckets[-1]]'),
+        (min(self.on_policy_every, self.on_policy_samples, self.log_every) >= 1,
+         'on_policy_every, on_policy_samples and log_every must be >= 1')):
+      if not ok:
+        raise ConfigError(message)
+
+  def train_config(self) -> train_lib.TrainConfig:
+    """The fields `spec_decode.train.optimizer` and `bucketed_batches` read."""
+    return train_lib.TrainConfig(
+        num_steps=self.num_steps, batch_tokens=self.batch_tokens,
+        input_buckets=self.input_buckets, target_buckets=self.target_buckets,
+        optimizer=self.optimizer, learning_rate=self.learning_rate,
+        warmup_steps=self.warmup_steps, weight_decay=self.weight_decay, seed=self.seed)
+
+
+def _logits(network: Transformer, params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+  return network.apply({'params': params}, batch['encoder_input_tokens'],
+                       batch['decoder_input_tokens'])  # [B, L, V] float32
+
+
+@functools.partial(jax.jit, static_argnames=('draft', 'target', 'tx', 'name'), donate_argnums=0)
+def train_step(state: train_lib.TrainState, target_params: Any, batch: dict[str, jax.Array],
+               temperature: float, *, draft: Transformer, target: Transformer,
+               tx: optax.GradientTransformation, name: str):
+  """One optimizer step of the draft (`state`, donated) towards the target's distributions.
+
+  Args:
+    state: the draft's TrainState.
+    target_params: the target's parameters (forward only, no gradients).
+    batch: encoder_input_tokens [B, S], decoder_input_tokens [B, L] (outputs
+      shifted right after a 0), decoder_loss_weights [B, L].
+    temperature: T of p and q.
+    draft, target: the two networks.
+    tx: the optimizer.
+    name: the divergence.
+
+  Returns:
+    The new state and the batch's Stats before the step.
+  """
+  target_logits = jax.lax.stop_gradient(_logits(target, target_params, batch))
+  mask = batch['decoder_loss_weights'] > 0
+
+  def loss_fn(params):
+    stats = divergence(name, target_logits, _logits(draft, params, batch), mask, temperature)
+    return stats.loss, stats
+
+  grads, stats = jax.grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  return train_lib.TrainState(step=state.step + 1, params=params, opt_state=opt_state), stats
+
+
+def evaluation_set(target: models.T5Model,
+                   cfg: WhiteboxConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The target's own samples at eval_temperature for seeded validation inputs.
+
+  Returns:
+    encoder inputs [N, S], output tokens [N, max_decode_len] and lengths [N]
+    for `acceptance.measure_alpha`; N ~ eval_examples, by task weight.
+  """
+  weights = np.array([w for _, w in cfg.tasks]) / sum(w for _, w in cfg.tasks)
+  texts = [e['inputs'] for (task, _), w in zip(cfg.tasks, weights) for e in
+           distill.select_examples(task, 'validation', max(1, round(w * cfg.eval_examples)),
+                                   seed=cfg.seed)]
+  inputs = loading.encode_texts(texts, cfg.input_buckets[-1])
+  tokens, lengths = acceptance.generate_sequences(
+      target, inputs, sampling=sampling_lib.SamplingParams.create(cfg.eval_temperature),
+      max_decode_len=cfg.max_decode_len, rng=jax.random.key(cfg.seed),
+      batch_size=min(distill.ROWS, len(texts)))
+  return inputs, tokens, lengths
+
+
+def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Config,
+          cfg: WhiteboxConfig, workdir: str,
+          export_dir: str | None = None) -> train_lib.TrainState:
+  """Trains (or resumes) a draft on the target's distributions; returns the final state.
+
+  Args:
+    target_config: the target's sizes.
+    target_checkpoint: its T5X, orbax or Hugging Face checkpoint.
+    draft_config: the draft's sizes (same vocabulary; no dropout is used).
+    cfg: the run's settings.
+    workdir: holds `checkpoints/` (orbax, resumed from) and `log.jsonl`: one
+      line per `log_every` steps {step, loss, beta, agreement (means over
+      those steps), seconds (since this call's first step), seconds_per_step,
+      time}, per measurement {step, eval_alpha, eval_alpha_stderr, time}
+      (also at step 0), per on-policy pool {step, on_policy_length,
+      on_policy_eos, time}.
+    export_dir: where the final draft goes as a bfloat16 T5X checkpoint (none
+      without it); it must not exist or be empty.
+
+  Returns:
+    The draft's TrainState after `cfg.num_steps` steps.
+  """
+  if export_dir and pathlib.Path(export_dir).is_dir() and any(pathlib.Path(export_dir).iterdir()):
+    raise ConfigError(f'the export directory {export_dir} is not empty')
+  if draft_config.vocab_size != target_config.vocab_size:
+    raise ConfigError(f'draft vocab_size {draft_config.vocab_size} != target vocab_size '
+                      f'{target_config.vocab_size}')
+  workdir = pathlib.Path(workdir).absolute()
+  workdir.mkdir(parents=True, exist_ok=True)
+  target = models.T5Model(target_config, jax.device_put(
+      checkpoints.load_params(target_checkpoint, target_config, dtype=jnp.float32)))
+  tx = train_lib.optimizer(cfg.train_config())
+  manager = train_lib.checkpoint_manager(workdir)
+  state = train_lib.start_state(manager, draft_config, tx, cfg.seed, cfg.init_checkpoint)
+  start = int(state.step)
+  print(f'{cfg.divergence} at T = {cfg.temperature}; steps {start} -> {cfg.num_steps}',
+        flush=True)
+  mixture = distill.Mixture(cfg, seed=cfg.seed + start)
+  batches = mixture.batches()
+  eval_set = evaluation_set(target, cfg) if cfg.eval_examples else None
+  log = open(workdir / 'log.jsonl', 'a')
+  bar = tqdm.tqdm(total=cfg.num_steps, initial=start, unit='step', dynamic_ncols=True)
+
+  def record(step: int, fields: dict[str, float]) -> None:
+    log.write(json.dumps({'step': step, **fields, 'time': time.time()}) + '\n')
+    log.flush()
+
+  def evaluate(step: int, params: Any) -> None:
+    alpha = acceptance.measure_alpha(
+        target, models.T5Model(draft_config, params), *eval_set,
+        sampling=sampling_lib.SamplingParams.create(cfg.eval_temperature),
+        batch_size=min(distill.ROWS, len(eval_set[0])))
+    record(step, {'eval_alpha': alpha.alpha, 'eval_alpha_stderr': alpha.stderr})
+    bar.write(f'step {step}: alpha {alpha.alpha:.4f} +- {alpha.stderr:.4f} '
+              f'(T = {cfg.eval_temperature})')
+
+  if start == 0 and eval_set is not None:
+    evaluate(0, state.params)
+  t0 = last = time.perf_counter()
+  stats = []
+  for step in range(start, cfg.num_steps):
+    if cfg.on_policy_weight and (step == start or step % cfg.on_policy_every == 0):
+      draft = models.T5Model(draft_config, state.params)
+      record(step, mixture.refresh(draft, jax.random.fold_in(jax.random.key(cfg.seed), step)))
+    state, batch_stats = train_step(state, target.params, next(batches), cfg.temperature,
+                                    draft=Transformer(draft_config), target=target.network,
+                                    tx=tx, name=cfg.divergence)
+    stats.append(batch_stats)
+    done = step + 1
+    if done % cfg.log_every == 0 or done == cfg.num_steps:
+      means = dict(zip(Stats._fields, np.mean(jax.device_get(stats), axis=0).tolist()))
+      now = time.perf_counter()
+      record(done, {**means, 'seconds': now - t0, 'seconds_per_step': (now - last) / len(stats)})
+      bar.set_postfix(loss=f'{means["loss"]:.4f}', alpha=f'{means["beta"]:.3f}')
+      stats, last = [], now
+    if eval_set is not None and (done % cfg.eval_every == 0 or done == cfg.num_steps):
+      evaluate(done, state.params)
+    if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
+      manager.save(done, args=ocp.args.StandardSave(state))
+    bar.update(1)
+  bar.close()
+  log.close()
+  manager.wait_until_finished()
+  if export_dir:
+    checkpoints.write_t5x(export_dir, jax.device_get(state.params), step=int(state.step),
+                          dtype='bfloat16')
+    print(f'wrote step {int(state.step)} to {export_dir} (bfloat16)')
+  return state
+
+
+def main(argv=None) -> int:
+  """`scripts/whitebox.py`: gin-configured `train` (see gin/runs/whitebox.gin)."""
+  return gin_utils.run(
+      train, argv, prog='whitebox.py',
+      description="Trains a draft on the target's next-token distributions (DistillSpec).",
+      example='--gin_file=runs/whitebox.gin --gin_file=models/demo/target.gin '
+      '--gin_file=models/demo/draft_small.gin --gin.TARGET_CONFIG="@demo_target/t5.T5Config()" '
+      '--gin.TARGET_CHECKPOINT="\'spec_decode/data/models/target\'" '
+      '--gin.DRAFT_CONFIG="@demo_draft_small/t5.T5Config()" '
+      '--gin.INIT_CHECKPOINT="\'spec_decode/data/models/draft_small\'" '
+      '--gin.WORKDIR="\'out/whitebox_small\'"')
