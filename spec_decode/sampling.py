@@ -171,14 +171,18 @@ def adjust(logits: jax.Array, params: SamplingParams) -> jax.Array:
   top_p = _per_row(params.top_p, ndim)
   greedy = lambda: jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.float32)
 
+  def nucleus(probs):
+    probs = _top_p_mask(probs, top_p)
+    return probs / jnp.sum(probs, axis=-1, keepdims=True)
+
   def truncated_softmax():
-    # Skip top-k/top-p at run time when the knob is off.
+    # Skip top-k, top-p and greedy rows at run time when no row needs them.
     scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
     scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
     probs = jax.nn.softmax(scaled, axis=-1)
-    probs = jax.lax.cond(jnp.any(top_p < 1.0), _top_p_mask, lambda x, _: x, probs, top_p)
-    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
-    return jnp.where(temperature > 0, probs, greedy())
+    probs = jax.lax.cond(jnp.any(top_p < 1.0), nucleus, lambda x: x, probs)
+    return jax.lax.cond(jnp.any(temperature == 0),
+                        lambda x: jnp.where(temperature > 0, x, greedy()), lambda x: x, probs)
 
   # Branches are chosen per call, not per trace: all-greedy calls skip the softmax.
   return jax.lax.cond(jnp.all(temperature == 0), greedy, truncated_softmax)
