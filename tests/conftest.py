@@ -22,7 +22,8 @@ if '--xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', ''):
 
 SLOWEST_FIRST = ('sharding_test.py', 'notebooks_test.py', 'drafts_test.py', 'measure_test.py',
                  'infer_test.py', 'speculative_test.py', 'cli_errors_test.py', 'shapes_test.py',
-                 'experiments_test.py', 'train_test.py', 'models_test.py', 'decoding_test.py')
+                 'experiments_test.py', 'train_test.py', 'whitebox_test.py', 'models_test.py',
+                 'decoding_test.py')
 
 
 def pytest_collection_modifyitems(items):
