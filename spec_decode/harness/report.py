@@ -100,6 +100,16 @@ ALPHA_COLUMNS: tuple[Column, ...] = (
 )
 
 
+def _at_measured_tokens(row: Row) -> float:
+  """measured / predicted speedup, the prediction taking the measured tokens per call.
+
+  Eq. (1) assumes every iteration can run its course; outputs end mid-iteration,
+  and their acceptances are not independent.
+  """
+  predicted = row['predicted_speedup'] * row['tokens_per_call'] / row['expected_tokens_per_call']
+  return row['measured_speedup'] / predicted
+
+
 WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('task', lambda r: r['task']),
     ('draft', lambda r: r['draft']),
@@ -110,6 +120,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
     ('predicted (r, c_first)', lambda r: f'{r["predicted_speedup"]:.2f}X'),
     ('measured / predicted', lambda r: f'{r["measured_speedup"] / r["predicted_speedup"]:.2f}'),
+    ('measured / predicted at the measured tokens/call', lambda r: f'{_at_measured_tokens(r):.2f}'),
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
     ('tokens/call (eq. (1))',
      lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f})'),
@@ -121,7 +132,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
 SWEEP_COLUMNS: tuple[Column, ...] = (
     WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
     ('chosen', lambda r: 'yes' if r['chosen'] else ''),
-) + WALLTIME_COLUMNS[6:11]
+) + WALLTIME_COLUMNS[6:12]
 
 
 BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
