@@ -129,11 +129,6 @@ ROWS = 64  # rows per decoding or scoring call of on-policy and evaluation sampl
 Example = tuple[list[int], list[int]]  # (input ids, output ids), each ending with EOS unless cut
 
 
-def _encode(text: str, max_len: int) -> list[int]:
-  """Text -> ids ending with EOS, cut to max_len (EOS kept), as seqio's tasks."""
-  return loading.tokenizer().encode(text)[:max_len - 1] + [loading.EOS_ID]
-
-
 def _shuffled(items: Sequence[Any], rng: np.random.Generator) -> Iterator[Any]:
   """Endless passes over `items`, each in a fresh random order."""
   while True:
@@ -164,22 +159,22 @@ def _samples(model: models.T5Model, inputs: Sequence[list[int]], cfg: Any,
              temperature: float, rng: jax.Array) -> list[Example]:
   """One sample of `model` per input, cut at max_decode_len if it has no EOS.
 
-  Inputs of similar length are decoded together, ROWS at a time (the last
-  group filled up with copies), padded to their input bucket: one compiled
-  loop per bucket, and short inputs do not pay for long ones.
+  Inputs are decoded by input bucket, padded to it (one compiled loop per
+  bucket, and short inputs do not pay for long ones), ROWS at a time.
   """
-  rows, samples = min(ROWS, len(inputs)), [None] * len(inputs)
-  order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
-  for start in range(0, len(order), rows):
-    group = order[start:start + rows]
-    length = next(b for b in cfg.input_buckets if b >= len(inputs[group[-1]]))
-    tokens = np.zeros((rows, length), np.int32)
-    for row, i in enumerate(group + group[:1] * (rows - len(group))):
+  samples = [None] * len(inputs)
+  buckets = {}
+  for i, x in enumerate(inputs):
+    buckets.setdefault(next(b for b in cfg.input_buckets if b >= len(x)), []).append(i)
+  for length, members in buckets.items():
+    tokens = np.zeros((len(members), length), np.int32)
+    for row, i in enumerate(members):
       tokens[row, :len(inputs[i])] = inputs[i]
-    out = models.generate(model, tokens, jax.random.fold_in(rng, start),
-                          max_decode_len=cfg.max_decode_len,
-                          sampling=sampling_lib.SamplingParams.create(temperature))
-    for i, output, n in zip(group, *jax.device_get((out.tokens, out.lengths))):
+    outputs, lengths = acceptance.generate_sequences(
+        model, tokens, sampling=sampling_lib.SamplingParams.create(temperature),
+        max_decode_len=cfg.max_decode_len, rng=jax.random.fold_in(rng, length),
+        batch_size=min(ROWS, len(inputs)))  # one batch shape whatever the bucket holds
+    for i, output, n in zip(members, outputs, lengths):
       samples[i] = (inputs[i], output[:n].tolist())
   return samples
 
@@ -210,8 +205,8 @@ class Mixture:
 
   def _tokenized(self, records: Iterator[dict[str, str]]) -> Iterator[Example]:
     for record in records:
-      yield (_encode(record['inputs'], self.cfg.input_buckets[-1]),
-             _encode(record['targets'], self.cfg.target_buckets[-1]))
+      yield (loading.encode(record['inputs'], self.cfg.input_buckets[-1]),
+             loading.encode(record['targets'], self.cfg.target_buckets[-1]))
 
   def refresh(self, draft: models.T5Model, rng: jax.Array) -> dict[str, float]:
     """Makes the pool the draft's samples for the next on_policy_samples inputs.
@@ -219,7 +214,7 @@ class Mixture:
     Returns:
       The samples' mean length and the share that ends with EOS.
     """
-    inputs = [_encode(next(self._references)['inputs'], self.cfg.input_buckets[-1])
+    inputs = [loading.encode(next(self._references)['inputs'], self.cfg.input_buckets[-1])
               for _ in range(self.cfg.on_policy_samples)]
     self.pool = _samples(draft, inputs, self.cfg, self.cfg.on_policy_temperature, rng)
     return {'on_policy_length': float(np.mean([len(y) for _, y in self.pool])),

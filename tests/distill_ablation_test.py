@@ -28,7 +28,7 @@ def test_measured_rows_are_reused_and_reported(tmp_path):
   rows_dir.mkdir(parents=True)
   names = list(distill_ablation.rows(settings))
   for i, name in enumerate(names):  # every row measured already: nothing trains
-    file = name.replace(' ', '_').replace(',', '') + '.json'
+    file = distill_ablation._slug(name) + '.json'
     (rows_dir / file).write_text(json.dumps(_result(name, 0.5 + 0.01 * i)))
   paths = distill_ablation.run(settings, 'python scripts/distill_ablation.py --steps 7')
   assert [p.name for p in paths] == ['report.md', 'alpha.csv', 'results.json', 'alpha.png']

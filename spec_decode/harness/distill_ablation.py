@@ -27,13 +27,15 @@ import jax
 import numpy as np
 
 from spec_decode import data
+from spec_decode import demo
+from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import whitebox
 from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import report
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / 'scripts'
 # (task, split, first n inputs): where alpha is measured.
 EVALUATIONS = (('demo_ende', 'test_multi30k', 200), ('demo_debsum', 'test', 100))
 TEMPERATURES = (0.0, 1.0)
@@ -80,13 +82,18 @@ def _config(draft: str) -> str:
   return 'demo_' + draft
 
 
-def _checkpoint(draft: str) -> pathlib.Path:
-  return ROOT / 'spec_decode' / 'data' / 'models' / draft
+def _slug(row: str) -> str:
+  """A row's name as a file or folder name."""
+  return row.replace(' ', '_').replace(',', '')
+
+
+def _checkpoint(name: str) -> pathlib.Path:
+  return demo.MODELS_DIR / name
 
 
 def train_row(s: Settings, name: str, how: dict[str, Any]) -> pathlib.Path:
   """Trains one row (resuming its work dir) and returns its exported checkpoint."""
-  work = pathlib.Path(s.work_dir) / name.replace(' ', '_').replace(',', '')
+  work = pathlib.Path(s.work_dir) / _slug(name)
   export = work / 't5x'
   if (export / 'checkpoint').exists():
     return export
@@ -104,13 +111,13 @@ def train_row(s: Settings, name: str, how: dict[str, Any]) -> pathlib.Path:
          f'--gin.BATCH_TOKENS={s.batch_tokens}', f'--gin.LEARNING_RATE={s.kd_learning_rate}',
          f"--gin.INIT_CHECKPOINT='{_checkpoint(s.draft)}'"]
   for script, extra in (('train.py', []), ('export_t5x.py', [f"--gin.OUTPUT_DIR='{export}'"])):
-    subprocess.run([sys.executable, str(ROOT / 'scripts' / script), *gin, *extra], check=True)
+    subprocess.run([sys.executable, str(SCRIPTS / script), *gin, *extra], check=True)
   return export
 
 
-def evaluation_sets() -> dict[tuple[str, float], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def evaluation_sets(target: models.T5Model
+                    ) -> dict[tuple[str, float], tuple[np.ndarray, np.ndarray, np.ndarray]]:
   """(task, T) -> the target's outputs for the first test inputs (measure_alpha.py's)."""
-  target = loading.load_model(_config('target'), str(_checkpoint('target')))
   sets = {}
   for task, split, n in EVALUATIONS:
     inputs = loading.encode_texts([e['inputs'] for e in data.load_examples(task, split, n)], 256)
@@ -122,9 +129,9 @@ def evaluation_sets() -> dict[tuple[str, float], tuple[np.ndarray, np.ndarray, n
   return sets
 
 
-def measure_row(checkpoint: pathlib.Path, draft: str, sets: dict) -> dict[str, float]:
+def measure_row(target: models.T5Model, checkpoint: pathlib.Path, draft: str,
+                sets: dict) -> dict[str, float]:
   """alpha and its standard error of one checkpoint on every evaluation set."""
-  target = loading.load_model(_config('target'), str(_checkpoint('target')))
   model = loading.load_model(_config(draft), str(checkpoint))
   out = {}
   for (task, t), (inputs, tokens, lengths) in sets.items():
@@ -139,14 +146,15 @@ def run(s: Settings, command: str) -> list[pathlib.Path]:
   """Trains and measures every row not measured yet; writes the report."""
   out = pathlib.Path(s.out_dir)
   (out / 'rows').mkdir(parents=True, exist_ok=True)
-  sets = None
+  target = sets = None
   results = []
   for name, how in rows(s).items():
-    path = out / 'rows' / (name.replace(' ', '_').replace(',', '') + '.json')
+    path = out / 'rows' / f'{_slug(name)}.json'
     if not path.exists():
       checkpoint = train_row(s, name, how) if how else _checkpoint(s.draft)
-      sets = sets or evaluation_sets()
-      path.write_text(json.dumps({'row': name, **measure_row(checkpoint, s.draft, sets)}))
+      target = target or loading.load_model(_config('target'), str(_checkpoint('target')))
+      sets = sets or evaluation_sets(target)
+      path.write_text(json.dumps({'row': name, **measure_row(target, checkpoint, s.draft, sets)}))
     results.append(json.loads(path.read_text()))
   return write_report(out, results, s, command)
 

@@ -57,6 +57,11 @@ def tokenizer() -> spm.SentencePieceProcessor:
   return spm.SentencePieceProcessor(model_file=str(data.VOCAB_PATH))
 
 
+def encode(text: str, max_len: int) -> list[int]:
+  """Text -> ids ending with EOS, cut to max_len tokens (EOS kept), as seqio's tasks."""
+  return tokenizer().encode(text)[:max_len - 1] + [EOS_ID]
+
+
 def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -> np.ndarray:
   """Texts -> encoder inputs of one shape, so one compiled function serves all.
 
@@ -68,7 +73,7 @@ def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -
   Returns:
     [N, S] int32 ids, EOS appended, 0-padded; S <= max(max_input_len, multiple).
   """
-  ids = [tokenizer().encode(text)[:max_input_len - 1] + [EOS_ID] for text in texts]
+  ids = [encode(text, max_input_len) for text in texts]
   length = -(-max(len(x) for x in ids) // multiple) * multiple
   tokens = np.zeros((len(ids), length), np.int32)
   for i, x in enumerate(ids):

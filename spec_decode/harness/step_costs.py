@@ -15,7 +15,7 @@ r(K) is used as the non-decreasing fit of the measured times
 import dataclasses
 import functools
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -133,7 +133,7 @@ def _pair_loop(target: models.T5Model, draft: loading.Draft, encoder_input_token
   return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
 
 
-def _fresh_caches(models_: tuple, encoder_input_tokens: jax.Array, capacity: int,
+def _fresh_caches(models_: Sequence, encoder_input_tokens: jax.Array, capacity: int,
                   position: int) -> list[cache_lib.Cache]:
   """Each model's fresh cache, rewound to write at `position`."""
   return [cache_lib.rewind(c, jnp.full_like(c.index, position))
@@ -200,11 +200,12 @@ def _step_times(calls: dict, encoder_input_tokens: jax.Array, *, capacity: int, 
   if position + k_max > capacity:
     raise ValueError(f'position {position} + k {k_max} exceeds the capacity {capacity}')
   encoder_input_tokens = jnp.asarray(encoder_input_tokens)
-  runs = {}
-  for name, (model, k) in calls.items():
-    [cache] = _fresh_caches((model,), encoder_input_tokens, capacity, position)
-    runs[name] = functools.partial(_step_loop, model, encoder_input_tokens, cache, k=k,
-                                   num_steps=num_steps)
+  models_ = list({id(model): model for model, _ in calls.values()}.values())
+  caches = dict(zip(map(id, models_), _fresh_caches(models_, encoder_input_tokens, capacity,
+                                                   position)))
+  runs = {name: functools.partial(_step_loop, model, encoder_input_tokens, caches[id(model)],
+                                  k=k, num_steps=num_steps)
+          for name, (model, k) in calls.items()}
   return {name: float(np.median(seconds)) / num_steps
           for name, seconds in _round_robin(runs, repeats).items()}
 
