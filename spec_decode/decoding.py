@@ -150,16 +150,17 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
     DecodeOutput with gamma = 0 (accept_histogram [1] counts target calls).
   """
   return _decode(step_fn, cache, None, None, gamma=0, max_decode_len=max_decode_len, rng=rng,
-                 sampling=sampling, lenience=1.0, prompt=prompt, eos_id=eos_id,
-                 check_finite=check_finite)
+                 sampling=sampling, lenience=1.0, verification='token', prompt=prompt,
+                 eos_id=eos_id, check_finite=check_finite)
 
 
 def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
                        draft_step_fn: StepFn, draft_cache: cache_lib.Cache, *, gamma: int,
                        max_decode_len: int, rng: jax.Array,
                        sampling: sampling_lib.SamplingParams | None = None,
-                       lenience: float | jax.Array = 1.0, prompt: jax.Array | None = None,
-                       eos_id: int = 1, check_finite: bool = False) -> DecodeOutput:
+                       lenience: float | jax.Array = 1.0, verification: str = 'token',
+                       prompt: jax.Array | None = None, eos_id: int = 1,
+                       check_finite: bool = False) -> DecodeOutput:
   """Speculative decoding: samples exactly from the target, fewer target calls.
 
   Args:
@@ -175,6 +176,9 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
       when None.
     lenience: l of Appendix A.5. 1 (the default) is exact; l < 1 accepts more
       drafts and no longer samples exactly from the target.
+    verification: static; 'token' (Algorithm 1) or 'block' (Sun et al. 2025:
+      the drafted block judged jointly; exact, never fewer accepted drafts in
+      expectation). See speculative.accept_reject.
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned, 0-padded.
     eos_id: the token that ends a row.
     check_finite: static; stop a row whose target or draft logits hold a NaN
@@ -185,13 +189,16 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
   """
   gamma = check_size('gamma', gamma)
   speculative.check_lenience(lenience)
+  speculative.check_verification(verification)
   return _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
                  max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
-                 prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+                 verification=verification, prompt=prompt, eos_id=eos_id,
+                 check_finite=check_finite)
 
 
 def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, max_decode_len,
-            rng, sampling, lenience, prompt, eos_id, check_finite) -> DecodeOutput:
+            rng, sampling, lenience, verification, prompt, eos_id,
+            check_finite) -> DecodeOutput:
   """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
   speculate = draft_step_fn is not None
   batch = target_cache.batch_size
@@ -223,7 +230,8 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
   if speculate:
     body = _speculative_body(target_step_fn, draft_step_fn, gamma=gamma,
                              max_decode_len=max_decode_len, sampling=sampling, lenience=lenience,
-                             eos_id=eos_id, check_finite=check_finite)
+                             verification=verification, eos_id=eos_id,
+                             check_finite=check_finite)
   else:
     body = _autoregressive_body(target_step_fn, max_decode_len=max_decode_len, sampling=sampling,
                                 eos_id=eos_id)
@@ -281,7 +289,7 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
 
 
 def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, sampling,
-                      lenience, eos_id, check_finite):
+                      lenience, verification, eos_id, check_finite):
   """One speculative iteration: gamma draft calls, one verify call, accept."""
 
   def draft_one(carry, key):
@@ -307,7 +315,7 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
     p = sampling_lib.adjust(logits, sampling)
 
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
-    n, y = speculative.accept_reject(accept_key, x, q, p, lenience)
+    n, y = speculative.accept_reject(accept_key, x, q, p, lenience, verification)
     sweep = active & (n == gamma)
     draft_cache = jax.lax.cond(jnp.any(sweep), lambda c: draft_step_fn(x[:, -1:], c)[1],
                                lambda c: c, draft_cache)

@@ -61,6 +61,7 @@ from spec_decode.jsonl import EOS_ID, Example, read_examples
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
+from spec_decode import speculative
 from spec_decode.t5.config import T5Config
 
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
@@ -71,7 +72,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           draft_config: T5Config | None = None, draft_checkpoint: str | None = None,
           input_file: str = '-', output_file: str = '-', input_prefix: str = '',
           gamma: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-          lenience: float = 1.0, max_input_len: int = 512, truncate_inputs: bool = False,
+          lenience: float = 1.0, verification: str = 'token', max_input_len: int = 512,
+          truncate_inputs: bool = False,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
           model_parallel: int = 0, check_finite: bool = True) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
@@ -97,6 +99,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     top_k: keep the k most likely tokens; 0 disables.
     top_p: nucleus mass; 1 disables.
     lenience: l of Appendix A.5 in (0, 1]; 1 samples exactly from the target.
+    verification: 'token' (Algorithm 1) or 'block' (Sun et al. 2025: the
+      drafted block judged jointly; also exact, accepts at least as many).
     max_input_len: longest input in tokens, EOS included.
     truncate_inputs: cut longer inputs to max_input_len (EOS kept) instead of
       raising ConfigError.
@@ -143,7 +147,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   out = jsonl.Output(output_file, input_file)
   try:
     summary = _run(out, examples, configs, paths, vocabulary, sampling, speculate=speculate,
-                   gamma=gamma, lenience=lenience, max_decode_len=max_decode_len,
+                   gamma=gamma, lenience=lenience, verification=verification,
+                   max_decode_len=max_decode_len,
                    batch_size=batch_size, seed=seed, model_parallel=model_parallel,
                    check_finite=check_finite)
   except gin_utils.Interrupted as e:
@@ -159,7 +164,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
 
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
          paths: dict[str, str | None], vocabulary: Any, sampling: sampling_lib.SamplingParams,
-         *, speculate: bool, gamma: int, lenience: float, max_decode_len: int, batch_size: int,
+         *, speculate: bool, gamma: int, lenience: float, verification: str,
+         max_decode_len: int, batch_size: int,
          seed: int, model_parallel: int, check_finite: bool) -> dict[str, Any]:
   """Loads the models, compiles, decodes every batch into `out`; returns the summary."""
   mesh = _mesh(model_parallel, batch_size) if model_parallel else None
@@ -169,7 +175,8 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
   input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
   batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
   decode = jax.jit(functools.partial(_decode, gamma=gamma, lenience=lenience,
-                                     max_decode_len=max_decode_len, check_finite=check_finite))
+                                     verification=verification, max_decode_len=max_decode_len,
+                                     check_finite=check_finite))
   start = time.perf_counter()
   decode = decode.lower(target, draft, *batches[0][1:], sampling).compile()
   compile_s = time.perf_counter() - start
@@ -214,7 +221,7 @@ _SETTINGS = {
     'target_checkpoint': (str, 'a string'), 'draft_checkpoint': ((str, type(None)),
                                                                  'a string or None'),
     'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
-    'input_prefix': (str, 'a string'),
+    'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
     'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
     **{name: (numbers.Integral, _INTEGER) for name in (
         'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
@@ -244,6 +251,9 @@ def _check_settings(settings: dict[str, Any]) -> None:
     raise ConfigError(f'model_parallel must be >= 0, got {settings["model_parallel"]}')
   if not 0.0 < settings['lenience'] <= 1.0:
     raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
+  if settings['verification'] not in speculative.VERIFICATIONS:
+    raise ConfigError(f'verification (VERIFICATION in gin) must be one of '
+                      f'{speculative.VERIFICATIONS}, got {settings["verification"]!r}')
 
 
 def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
@@ -317,7 +327,8 @@ def _batches(examples: list[Example], batch_size: int, input_len: int,
 
 def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
             rng: jax.Array, sampling: sampling_lib.SamplingParams, *, gamma: int,
-            lenience: float, max_decode_len: int, check_finite: bool) -> decoding.DecodeOutput:
+            lenience: float, verification: str, max_decode_len: int,
+            check_finite: bool) -> decoding.DecodeOutput:
   """Baseline decoding without a draft, speculative decoding with one."""
   lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
   if draft is None:
@@ -325,7 +336,8 @@ def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Ar
                         sampling=sampling, eos_id=EOS_ID, check_finite=check_finite)
   return lib.speculative_generate(target, draft, tokens, rng, gamma=gamma,
                                   max_decode_len=max_decode_len, sampling=sampling,
-                                  lenience=lenience, eos_id=EOS_ID, check_finite=check_finite)
+                                  lenience=lenience, verification=verification, eos_id=EOS_ID,
+                                  check_finite=check_finite)
 
 
 def _record(example: Example, result: decoding.DecodeOutput, b: int,

@@ -119,8 +119,9 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
 def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-                         lenience: float = 1.0, prompt: jax.Array | None = None,
-                         eos_id: int = 1, check_finite: bool = False) -> decoding.DecodeOutput:
+                         lenience: float = 1.0, verification: str = 'token',
+                         prompt: jax.Array | None = None, eos_id: int = 1,
+                         check_finite: bool = False) -> decoding.DecodeOutput:
   """Speculative decoding of target M_p with draft M_q, compiled.
 
   Both start from the same inputs (they share the vocabulary).
@@ -136,6 +137,7 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     max_decode_len: static maximum number of output tokens per row.
     sampling: traced temperature/top-k/top-p; greedy when None.
     lenience: traced l of Appendix A.5 in (0, 1]; 1 is exact.
+    verification: static 'token' or 'block' (see speculative.accept_reject).
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
     check_finite: static; stop rows whose target or draft logits are not
@@ -146,7 +148,7 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
 
   Raises:
     ValueError: as `generate`, and for a draft of another vocabulary size, a
-      bad gamma or a lenience outside (0, 1].
+      bad gamma, a lenience outside (0, 1] or an unknown verification.
   """
   if target.vocab_size != draft.vocab_size:
     raise ValueError(
@@ -156,6 +158,7 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
   speculative.check_lenience(lenience)
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt,
                                lenience, gamma=decoding.check_size('gamma', gamma),
+                               verification=speculative.check_verification(verification),
                                max_decode_len=decoding.check_size('max_decode_len',
                                                                   max_decode_len),
                                eos_id=eos_id, check_finite=check_finite)
@@ -207,13 +210,14 @@ def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_
                                         check_finite=check_finite)
 
 
-@functools.partial(jax.jit, static_argnames=('gamma', 'max_decode_len', 'eos_id', 'check_finite'))
+@functools.partial(jax.jit, static_argnames=('gamma', 'verification', 'max_decode_len', 'eos_id',
+                                             'check_finite'))
 def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
-                          *, gamma, max_decode_len, eos_id, check_finite):
+                          *, gamma, verification, max_decode_len, eos_id, check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
   return decoding.speculative_decode(
       target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
       max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
-      prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+      verification=verification, prompt=prompt, eos_id=eos_id, check_finite=check_finite)

@@ -302,8 +302,9 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
 def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-                         lenience: float = 1.0, prompt: jax.Array | None = None,
-                         eos_id: int = 1, check_finite: bool = False) -> decoding.DecodeOutput:
+                         lenience: float = 1.0, verification: str = 'token',
+                         prompt: jax.Array | None = None, eos_id: int = 1,
+                         check_finite: bool = False) -> decoding.DecodeOutput:
   """`models.speculative_generate` over the models' mesh, each model by its rules.
 
   Args:
@@ -311,8 +312,8 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
     draft: the model M_q on the same mesh, usually by DATA_PARALLEL_RULES.
     encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`
       (by the target's rules).
-    rng, gamma, max_decode_len, sampling, lenience, prompt, eos_id,
-      check_finite: as `models.speculative_generate`.
+    rng, gamma, max_decode_len, sampling, lenience, verification, prompt,
+      eos_id, check_finite: as `models.speculative_generate`.
 
   Returns:
     decoding.DecodeOutput, rows split over `data`.
@@ -321,17 +322,18 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
     raise ValueError(f'the draft is on {draft.mesh}, the target on {target.mesh}: one mesh')
   models.check_inputs(encoder_input_tokens, prompt, target.vocab_size)
   speculative.check_lenience(lenience)
+  speculative.check_verification(verification)
   gamma = decoding.check_size('gamma', gamma)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
   in_shardings = (target.shardings(), draft.shardings(),
                   *_input_shardings(target, encoder_input_tokens, rng),
                   NamedSharding(target.mesh, PartitionSpec()))
-  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3),
+  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3, 4),
                    in_shardings=in_shardings,
                    out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))
-  return jitted(gamma, max_decode_len, eos_id, check_finite, target, draft, encoder_input_tokens,
-                rng, sampling, prompt, lenience)
+  return jitted(gamma, verification, max_decode_len, eos_id, check_finite, target, draft,
+                encoder_input_tokens, rng, sampling, prompt, lenience)
 
 
 def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
@@ -341,9 +343,10 @@ def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens,
                          check_finite=check_finite)
 
 
-def _speculative_generate(gamma, max_decode_len, eos_id, check_finite, target, draft,
+def _speculative_generate(gamma, verification, max_decode_len, eos_id, check_finite, target, draft,
                           encoder_input_tokens, rng, sampling, prompt, lenience):
   return models.speculative_generate(
       target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, lenience=lenience, prompt=prompt, eos_id=eos_id,
+      sampling=sampling, lenience=lenience, verification=verification, prompt=prompt,
+      eos_id=eos_id,
       check_finite=check_finite)

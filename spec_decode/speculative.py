@@ -2,16 +2,29 @@
 
 Pure array math on fixed shapes, batched over rows. Given gamma tokens
 x_1..x_gamma drawn from the draft's distributions q_1..q_gamma and the target's
-distributions p_1..p_{gamma+1} at the same positions (one verify pass):
+distributions p_1..p_{gamma+1} at the same positions (one verify pass), two
+rules keep a prefix x_1..x_n and draw the target's own token y after it.
 
+Token verification (Leviathan et al. 2023, Algorithm 1):
   accept x_i with probability min(1, p_i(x_i) / q_i(x_i)), stop at the first
   rejection; n = the length of the accepted prefix;
-  if n < gamma, draw the target's own token from norm(max(0, p_{n+1} - q_{n+1}));
-  if n = gamma (a clean sweep), draw the bonus token from p_{gamma+1}.
+  if n < gamma, draw y from norm(max(0, p_{n+1} - q_{n+1}));
+  if n = gamma (a clean sweep), draw the bonus token y from p_{gamma+1}.
 
-The emitted tokens x_1..x_n, y are distributed exactly as the target's own
-samples (Leviathan et al. 2023, Theorem 3.5 / Appendix A.1). With lenience
-l < 1 (Appendix A.5) q is multiplied by l in the test and in the residual: more
+Block verification (Sun et al. 2025, "Block Verification Accelerates
+Speculative Decoding", Algorithm 2) judges the block jointly. With w_0 = 1,
+  w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)),
+  r_i = sum_x max(0, w_i p_{i+1}(x) - q_{i+1}(x)),
+  h_i = r_i / (r_i + 1 - w_i) for i < gamma (0 where r_i + 1 - w_i = 0),
+  h_gamma = w_gamma,
+n is the largest i with eta_i < h_i (eta_i uniform; 0 if none), and y is drawn
+from norm(max(0, w_n p_{n+1} - q_{n+1})) (p_{gamma+1} after a clean sweep).
+It is never worse than token verification in expected accepted drafts and
+optimal among verifiers that see the same p and q.
+
+Either way x_1..x_n, y are distributed exactly as the target's own samples
+(Theorem 3.5 / Appendix A.1; Sun et al., Theorem 2). With lenience l < 1
+(Appendix A.5) q is multiplied by l in the tests and in the residual: more
 drafts are accepted and the output is no longer exactly p.
 """
 
@@ -25,6 +38,15 @@ from spec_decode import sampling
 # (numerically possible) rejection falls back to p itself.
 _TINY = 1e-20
 
+VERIFICATIONS = ('token', 'block')
+
+
+def check_verification(verification: str) -> str:
+  """Returns verification if it names a rule ('token' or 'block'); raises ValueError otherwise."""
+  if verification not in VERIFICATIONS:
+    raise ValueError(f"verification must be one of {VERIFICATIONS}, got {verification!r}")
+  return verification
+
 
 def check_lenience(lenience: float | jax.Array) -> None:
   """Raises ValueError unless lenience is a scalar in (0, 1]; a traced one passes unchecked."""
@@ -36,7 +58,8 @@ def check_lenience(lenience: float | jax.Array) -> None:
 
 
 def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
-                  lenience: float | jax.Array = 1.0) -> tuple[jax.Array, jax.Array]:
+                  lenience: float | jax.Array = 1.0,
+                  verification: str = 'token') -> tuple[jax.Array, jax.Array]:
   """Verifies gamma drafted tokens per row against the target.
 
   Args:
@@ -46,6 +69,7 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
     p: [B, gamma + 1, V] float32 target distributions p_i (the last one is the
       bonus distribution after a clean sweep).
     lenience: l in (0, 1]; 1 is exact speculative sampling.
+    verification: static; 'token' (Algorithm 1) or 'block' (Sun et al.).
 
   Returns:
     n: [B] int32 number of accepted drafts, in 0..gamma.
@@ -54,34 +78,72 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
 
   Raises:
     ValueError: shapes that do not fit together, a lenience outside (0, 1],
-      or (when not traced) draft ids outside the vocabulary.
+      an unknown verification, or (when not traced) draft ids outside the
+      vocabulary.
   """
   _check_shapes(drafts, q, p)
   check_lenience(lenience)
+  check_verification(verification)
   batch, gamma, vocab = q.shape
   accept_key, residual_key = jnp.moveaxis(jax.vmap(jax.random.split)(key), 1, 0)
-
-  # [B, gamma, V] -> [B, gamma]: the probability of the drafted token.
-  p_x = jnp.take_along_axis(p[:, :gamma], drafts[..., None], axis=-1)[..., 0]
-  q_x = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0] * lenience
-  # q(x) = 0 cannot happen for a token drawn from q; if a draft proposes one
-  # anyway, accept exactly when the target could have produced it.
-  ratio = jnp.where(q_x > 0, p_x / jnp.where(q_x > 0, q_x, 1.0),
-                    jnp.where(p_x > 0, 1.0, 0.0))
   u = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(accept_key)  # [B, gamma] in [0, 1)
-  accepted = jnp.cumprod(u < ratio, axis=-1)  # first rejection zeroes the rest
-  n = jnp.sum(accepted, axis=-1).astype(jnp.int32)  # [B]
+  ratio = _ratio(drafts, q, p, lenience)
+  if verification == 'token':
+    accepted = jnp.cumprod(u < ratio, axis=-1)  # first rejection zeroes the rest
+    n = jnp.sum(accepted, axis=-1).astype(jnp.int32)  # [B]
+    weight = jnp.ones((batch,), p.dtype)
+  else:
+    w, h = block_weights(ratio, q, p, lenience)
+    slots = jnp.arange(1, gamma + 1)
+    n = jnp.max(jnp.where(u < h, slots, 0), axis=-1).astype(jnp.int32)  # last stop, else 0
+    weight = jnp.take_along_axis(w, n[:, None], axis=1)[:, 0]  # w_n [B]
 
   # Distribution of the target's own token at position n + 1. Padding q with a
   # zero row makes the clean-sweep case (n = gamma) the bonus distribution p.
   q_padded = jnp.concatenate([q, jnp.zeros((batch, 1, vocab), q.dtype)], axis=1)
   p_n = jnp.take_along_axis(p, n[:, None, None], axis=1)[:, 0]  # [B, V]
   q_n = jnp.take_along_axis(q_padded, n[:, None, None], axis=1)[:, 0]  # [B, V]
-  residual = jnp.maximum(p_n - lenience * q_n, 0.0)
+  residual = jnp.maximum(weight[:, None] * p_n - lenience * q_n, 0.0)
   mass = jnp.sum(residual, axis=-1, keepdims=True)
   residual = jnp.where(mass > _TINY, residual / jnp.where(mass > _TINY, mass, 1.0), p_n)
   next_token = sampling.sample(residual_key, residual)
   return n, next_token
+
+
+def block_weights(ratio: jax.Array, q: jax.Array, p: jax.Array,
+                  lenience: float | jax.Array = 1.0) -> tuple[jax.Array, jax.Array]:
+  """Block verification's weights w and stop probabilities h.
+
+  Args:
+    ratio: [B, gamma] p_i(x_i) / (l q_i(x_i)) for the drafted tokens.
+    q: [B, gamma, V] draft distributions.
+    p: [B, gamma + 1, V] target distributions.
+    lenience: l in (0, 1]; 1 is exact.
+
+  Returns:
+    w: [B, gamma + 1] w_0 = 1, w_1..w_gamma.
+    h: [B, gamma] h_1..h_gamma: the block stops at the last i with eta_i < h_i.
+  """
+  w = [jnp.ones(ratio.shape[:1], ratio.dtype)]
+  for i in range(ratio.shape[1]):
+    w.append(jnp.minimum(w[-1] * ratio[:, i], 1.0))
+  w = jnp.stack(w, axis=1)
+  inner = w[:, 1:-1]  # [B, gamma - 1] w_1..w_{gamma-1}
+  r = jnp.sum(jnp.maximum(inner[..., None] * p[:, 1:-1] - lenience * q[:, 1:], 0.0), axis=-1)
+  denominator = r + 1.0 - inner
+  # Zero where w_i = 1 and p_{i+1} <= l q_{i+1}: nothing is left to draw there.
+  h = jnp.where(denominator > 0, r / jnp.where(denominator > 0, denominator, 1.0), 0.0)
+  return w, jnp.concatenate([h, w[:, -1:]], axis=1)
+
+
+def _ratio(drafts: jax.Array, q: jax.Array, p: jax.Array,
+           lenience: float | jax.Array) -> jax.Array:
+  """[B, gamma]: p_i(x_i) / (l q_i(x_i)) for the drafted tokens."""
+  p_x = jnp.take_along_axis(p[:, :q.shape[1]], drafts[..., None], axis=-1)[..., 0]
+  q_x = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0] * lenience
+  # q(x) = 0 cannot happen for a token drawn from q; if a draft proposes one
+  # anyway, accept exactly when the target could have produced it.
+  return jnp.where(q_x > 0, p_x / jnp.where(q_x > 0, q_x, 1.0), jnp.where(p_x > 0, 1.0, 0.0))
 
 
 def _check_shapes(drafts: jax.Array, q: jax.Array, p: jax.Array) -> None:

@@ -86,6 +86,9 @@ CASES = {
                       'numbers take no quotes'),
     'float_seed': (['--gin.SEED=1.5'], 'seed (SEED in gin) must be an integer, got 1.5'),
     'float_gamma': (['--gin.GAMMA=2.0'], 'gamma (GAMMA in gin) must be an integer, got 2.0'),
+    'unknown_verification': (["--gin.VERIFICATION='tree'"],
+                             "verification (VERIFICATION in gin) must be one of ('token', "
+                             "'block'), got 'tree'"),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
 }

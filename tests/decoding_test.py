@@ -18,20 +18,22 @@ EOS = 1
 
 
 def _decode(target, draft, *, batch, max_len, gamma, rng, params=None, prompt=None, eos_id=EOS,
-            lenience=1.0):
+            lenience=1.0, verification='token'):
   """Runs one loop over stub models; draft=None runs the baseline.
 
   The tables are traced arguments of one jitted function, so every call with
   the same shapes and static settings reuses one compiled loop.
   """
   return _run(target.table, None if draft is None else draft.table, rng, params, prompt,
-              lenience, batch=batch, max_len=max_len, gamma=gamma, eos_id=eos_id)
+              lenience, batch=batch, max_len=max_len, gamma=gamma, eos_id=eos_id,
+              verification=verification)
 
 
-@functools.partial(jax.jit, static_argnames=('batch', 'max_len', 'gamma', 'eos_id'),
+@functools.partial(jax.jit, static_argnames=('batch', 'max_len', 'gamma', 'eos_id',
+                                             'verification'),
                    compiler_options=stubs.OPTIMIZED)
 def _run(target_table, draft_table, rng, params, prompt, lenience, *, batch, max_len, gamma,
-         eos_id):
+         eos_id, verification):
   target = stubs.TableModel(target_table)
   capacity = decoding.cache_length(max_len, gamma)
   if draft_table is None:
@@ -42,7 +44,8 @@ def _run(target_table, draft_table, rng, params, prompt, lenience, *, batch, max
   return decoding.speculative_decode(
       target.step_fn, target.init_cache(batch, capacity), draft.step_fn,
       draft.init_cache(batch, capacity), gamma=gamma, max_decode_len=max_len, rng=rng,
-      sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience)
+      sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience,
+      verification=verification)
 
 
 _adjust = jax.jit(sampling.adjust)  # eager, its top-k/top-p bisection took seconds per call
@@ -76,13 +79,15 @@ def _outcome_counts(out, dist):
   return counts
 
 
-@pytest.mark.parametrize('gamma, knobs', [
-    (None, dict(temperature=1.0)),
-    (1, dict(temperature=1.0)),
-    (3, dict(temperature=1.0)),
-    (3, dict(temperature=0.9, top_k=4, top_p=0.9)),
+@pytest.mark.parametrize('gamma, knobs, verification', [
+    (None, dict(temperature=1.0), 'token'),
+    (1, dict(temperature=1.0), 'token'),
+    (3, dict(temperature=1.0), 'token'),
+    (3, dict(temperature=0.9, top_k=4, top_p=0.9), 'token'),
+    (3, dict(temperature=1.0), 'block'),
+    (2, dict(temperature=0.9, top_k=4, top_p=0.9), 'block'),
 ])
-def test_sequence_distribution_is_the_targets(gamma, knobs):
+def test_sequence_distribution_is_the_targets(gamma, knobs, verification):
   """Joint law of the first three tokens of the full loop == p's, by chi-square."""
   vocab, max_len, rows = 6, 3, 120_000
   target = stubs.TableModel.random(0, vocab, banned=0.15)
@@ -90,7 +95,7 @@ def test_sequence_distribution_is_the_targets(gamma, knobs):
   params = sampling.SamplingParams.create(**knobs)
   dist = _sequence_distribution(target, params, max_len)
   out = _decode(target, draft if gamma else None, batch=rows, max_len=max_len, gamma=gamma or 0,
-                rng=jax.random.key(11), params=params)
+                rng=jax.random.key(11), params=params, verification=verification)
   counts = _outcome_counts(out, dist)
   probs = np.append(np.array(list(dist.values())), 0.0)
   assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE
@@ -99,9 +104,9 @@ def test_sequence_distribution_is_the_targets(gamma, knobs):
     assert hist[0] > 0 and hist[gamma] > 0
 
 
-@pytest.mark.parametrize('seed', range(3))
-@pytest.mark.parametrize('gamma', [1, 2, 5])
-def test_greedy_speculative_equals_greedy_baseline(seed, gamma):
+@pytest.mark.parametrize('seed, gamma, verification', [
+    *itertools.product(range(3), [1, 2, 5], ['token']), (0, 4, 'block'), (1, 2, 'block')])
+def test_greedy_speculative_equals_greedy_baseline(seed, gamma, verification):
   vocab, batch, max_len = 11, 4, 17
   target = stubs.TableModel.random(seed, vocab)
   # A draft that agrees with the target most of the time, not always.
@@ -112,7 +117,7 @@ def test_greedy_speculative_equals_greedy_baseline(seed, gamma):
   base = _decode(target, None, batch=batch, max_len=max_len, gamma=0, rng=jax.random.key(0),
                  prompt=prompt)
   spec = _decode(target, draft, batch=batch, max_len=max_len, gamma=gamma,
-                 rng=jax.random.key(1), prompt=prompt)
+                 rng=jax.random.key(1), prompt=prompt, verification=verification)
   np.testing.assert_array_equal(spec.tokens, base.tokens)
   np.testing.assert_array_equal(spec.lengths, base.lengths)
   np.testing.assert_array_equal(np.asarray(spec.tokens)[:, :3], np.where(
@@ -216,6 +221,8 @@ def test_bad_arguments_raise_clear_errors():
          prompt=jnp.ones((2, 8), jnp.int32))
   with pytest.raises(ValueError, match=r'lenience must be a number in \(0, 1\], got 0.0'):
     spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, lenience=0.0)
+  with pytest.raises(ValueError, match="verification must be one of .*, got 'tree'"):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, verification='tree')
   with pytest.raises(ValueError, match='rng must be one key or 2 keys'):
     decoding.autoregressive_decode(target.step_fn, caches(target), max_decode_len=8,
                                    rng=jax.random.split(key, 3))

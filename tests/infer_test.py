@@ -80,8 +80,10 @@ def _records(jsonl: str) -> list[dict]:
 
 def test_greedy_speculative_equals_greedy_baseline(tmp_path, checkpoint_dir):
   # Speculative: stdin to stdout, batches of 2 (the last one padded).
+  # Block verification (the default 'token' runs in the other tests): greedy, the same outputs.
   speculative = _decode(_gin_file(tmp_path, checkpoint_dir, 'decode'), f'--gin.GAMMA={GAMMA}',
-                        '--gin.BATCH_SIZE=2', stdin='\n'.join(INPUTS) + '\n')
+                        '--gin.BATCH_SIZE=2', "--gin.VERIFICATION='block'",
+                        stdin='\n'.join(INPUTS) + '\n')
   assert speculative.returncode == 0, speculative.stderr
   # Baseline: file to file, batches of 3.
   input_file, output_file = tmp_path / 'inputs.txt', tmp_path / 'outputs.jsonl'

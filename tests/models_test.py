@@ -40,14 +40,15 @@ def _assert_same_output(a, b):
   np.testing.assert_array_equal(a.lengths, b.lengths)
 
 
-@pytest.mark.parametrize('batch', [1, 4])
-def test_greedy_speculative_equals_greedy_baseline(pair, batch):
+@pytest.mark.parametrize('batch, verification', [(1, 'token'), (4, 'token'), (4, 'block')])
+def test_greedy_speculative_equals_greedy_baseline(pair, batch, verification):
   target, draft = pair
   for seed in range(3):
     inputs, rng = _inputs(seed, batch), jax.random.key(seed)
     baseline = models.generate(target, inputs, rng, max_decode_len=MAX_DECODE_LEN)
     speculative = models.speculative_generate(target, draft, inputs, rng, gamma=GAMMA,
-                                              max_decode_len=MAX_DECODE_LEN)
+                                              max_decode_len=MAX_DECODE_LEN,
+                                              verification=verification)
     _assert_same_output(speculative, baseline)
     assert int(jnp.sum(baseline.lengths)) > batch  # decoding got past the first token
 
@@ -115,6 +116,9 @@ def test_rejects_mismatched_vocabularies_and_bad_inputs(pair):
   with pytest.raises(ValueError, match='lenience'):
     models.speculative_generate(target, target, _inputs(0, 1), jax.random.key(0), gamma=GAMMA,
                                 max_decode_len=MAX_DECODE_LEN, lenience=0.0)
+  with pytest.raises(ValueError, match="verification must be one of .*, got 'Block'"):
+    models.speculative_generate(target, target, _inputs(0, 1), jax.random.key(0), gamma=GAMMA,
+                                max_decode_len=MAX_DECODE_LEN, verification='Block')
   with pytest.raises(ValueError, match='prompt'):
     models.generate(target, _inputs(0, 1), jax.random.key(0), max_decode_len=4,
                     prompt=jnp.ones((1, 4), jnp.int32))
