@@ -15,12 +15,14 @@ of row b's last known token, and both caches hold keys/values for positions
 0 .. index[b] - 1: the next model call feeds `tokens[b, index[b]]`.
 
 One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
-  1. gamma draft calls (K = 1) propose x_1..x_gamma from q_1..q_gamma;
+  1. gamma draft calls (K = 1) propose x_1..x_gamma from q_1..q_gamma (or,
+     with a confidence_threshold, each row up to gamma: spec_decode.drafting);
   2. one target call over K = gamma + 1 positions gives p_1..p_{gamma+1};
   3. `accept_reject` keeps n drafts and draws the target's own token;
   4. each row advances by its own count and both caches are rewound per row.
 After a clean sweep (n = gamma) the draft has not yet seen x_gamma; one more
 draft call catches it up, only in iterations where some row needs it.
+Verification is token by token or, with verification='block', by block.
 
 These functions are meant to be traced inside a `jax.jit` built by the caller,
 with model parameters as traced arguments captured by the step functions;
@@ -35,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
+from spec_decode import drafting
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 
@@ -56,6 +59,8 @@ class DecodeOutput:
     draft_calls: [B] int32 draft calls made while the row was unfinished.
     accept_histogram: [gamma + 1] int32 how often 0..gamma drafts were accepted
       (over unfinished rows and iterations); the baseline is gamma = 0.
+    draft_histogram: [gamma + 1] int32 how often 0..gamma drafts were proposed
+      (all at gamma unless the draft length is adaptive; [0] in the baseline).
     loop_target_calls: [] int32 batched target calls of the whole loop.
     loop_draft_calls: [] int32 batched draft calls of the whole loop.
     nonfinite: [B] bool, a model returned a NaN or infinite logit for the row
@@ -72,6 +77,7 @@ class DecodeOutput:
   loop_target_calls: jax.Array
   loop_draft_calls: jax.Array
   nonfinite: jax.Array | None = None
+  draft_histogram: jax.Array | None = None
 
   @property
   def tokens_per_target_call(self) -> jax.Array:
@@ -93,6 +99,7 @@ class _LoopState:
     target_calls: [B] int32.
     draft_calls: [B] int32.
     accept_histogram: [gamma + 1] int32.
+    draft_histogram: [gamma + 1] int32.
     loop_target_calls: [] int32.
     loop_draft_calls: [] int32.
     nonfinite: [B] bool, or None without check_finite.
@@ -107,6 +114,7 @@ class _LoopState:
   target_calls: jax.Array
   draft_calls: jax.Array
   accept_histogram: jax.Array
+  draft_histogram: jax.Array
   loop_target_calls: jax.Array
   loop_draft_calls: jax.Array
   nonfinite: jax.Array | None
@@ -150,7 +158,8 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
     DecodeOutput with gamma = 0 (accept_histogram [1] counts target calls).
   """
   return _decode(step_fn, cache, None, None, gamma=0, max_decode_len=max_decode_len, rng=rng,
-                 sampling=sampling, lenience=1.0, verification='token', prompt=prompt,
+                 sampling=sampling, lenience=1.0, verification='token',
+                 confidence_threshold=None, verify_lengths=None, prompt=prompt,
                  eos_id=eos_id, check_finite=check_finite)
 
 
@@ -159,6 +168,8 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
                        max_decode_len: int, rng: jax.Array,
                        sampling: sampling_lib.SamplingParams | None = None,
                        lenience: float | jax.Array = 1.0, verification: str = 'token',
+                       confidence_threshold: float | jax.Array | None = None,
+                       verify_lengths: tuple[int, ...] | None = None,
                        prompt: jax.Array | None = None, eos_id: int = 1,
                        check_finite: bool = False) -> DecodeOutput:
   """Speculative decoding: samples exactly from the target, fewer target calls.
@@ -179,6 +190,14 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     verification: static; 'token' (Algorithm 1) or 'block' (Sun et al. 2025:
       the drafted block judged jointly; exact, never fewer accepted drafts in
       expectation). See speculative.accept_reject.
+    confidence_threshold: None drafts gamma tokens per iteration. A number in
+      [0, 1] (traced) makes gamma a maximum: a row stops drafting after a
+      token its draft gave probability below it (spec_decode.drafting); exact
+      either way.
+    verify_lengths: static; None verifies gamma + 1 positions per iteration.
+      Otherwise K values in 2..gamma + 1 (gamma + 1 is added): each iteration
+      calls the target over the smallest K that holds its drafts (worth it
+      where a call's cost grows with K, as on CPUs; see drafting.verify).
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned, 0-padded.
     eos_id: the token that ends a row.
     check_finite: static; stop a row whose target or draft logits hold a NaN
@@ -190,15 +209,17 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
   gamma = check_size('gamma', gamma)
   speculative.check_lenience(lenience)
   speculative.check_verification(verification)
+  drafting.check_threshold(confidence_threshold)
   return _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
                  max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
-                 verification=verification, prompt=prompt, eos_id=eos_id,
-                 check_finite=check_finite)
+                 verification=verification, confidence_threshold=confidence_threshold,
+                 verify_lengths=drafting.check_verify_lengths(verify_lengths, gamma),
+                 prompt=prompt, eos_id=eos_id, check_finite=check_finite)
 
 
 def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, max_decode_len,
-            rng, sampling, lenience, verification, prompt, eos_id,
-            check_finite) -> DecodeOutput:
+            rng, sampling, lenience, verification, confidence_threshold, verify_lengths, prompt,
+            eos_id, check_finite) -> DecodeOutput:
   """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
   speculate = draft_step_fn is not None
   batch = target_cache.batch_size
@@ -224,13 +245,16 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
       tokens=tokens, index=index, done=jnp.zeros((batch,), bool), target_cache=target_cache,
       draft_cache=draft_cache, rng=_row_keys(rng, batch), target_calls=zeros, draft_calls=zeros,
       accept_histogram=jnp.zeros((gamma + 1,), jnp.int32),
+      draft_histogram=jnp.zeros((gamma + 1,), jnp.int32),
       loop_target_calls=jnp.zeros((), jnp.int32), loop_draft_calls=jnp.zeros((), jnp.int32),
       nonfinite=jnp.zeros((batch,), bool) if check_finite else None)
 
   if speculate:
     body = _speculative_body(target_step_fn, draft_step_fn, gamma=gamma,
                              max_decode_len=max_decode_len, sampling=sampling, lenience=lenience,
-                             verification=verification, eos_id=eos_id,
+                             verification=verification,
+                             confidence_threshold=confidence_threshold,
+                             verify_lengths=verify_lengths, eos_id=eos_id,
                              check_finite=check_finite)
   else:
     body = _autoregressive_body(target_step_fn, max_decode_len=max_decode_len, sampling=sampling,
@@ -244,17 +268,8 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
       tokens=out, lengths=state.index, generated=state.index - index,
       target_calls=state.target_calls, draft_calls=state.draft_calls,
       accept_histogram=state.accept_histogram, loop_target_calls=state.loop_target_calls,
-      loop_draft_calls=state.loop_draft_calls, nonfinite=state.nonfinite)
-
-
-def _nonfinite_rows(logits: jax.Array) -> jax.Array:
-  """[B, ...] -> [B] bool: the row holds a NaN or an infinity.
-
-  x * 0 is 0 for a finite x and NaN otherwise; one float sum per row is a
-  vectorized reduction on XLA:CPU, where a boolean `all` over isfinite cost
-  ~10% of a greedy baseline step at batch 8 (scripts/check_finite_cost.py).
-  """
-  return jnp.isnan(jnp.sum(logits.reshape(logits.shape[0], -1) * 0.0, axis=-1))
+      loop_draft_calls=state.loop_draft_calls, nonfinite=state.nonfinite,
+      draft_histogram=state.draft_histogram)
 
 
 def _flag_nonfinite(s: _LoopState, done: jax.Array,
@@ -279,7 +294,8 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
     index = s.index + active
     done = s.done | (active & (token == eos_id)) | (index >= max_decode_len)
     return s.replace(
-        tokens=tokens, index=index, **_flag_nonfinite(s, done, lambda: _nonfinite_rows(logits)),
+        tokens=tokens, index=index,
+        **_flag_nonfinite(s, done, lambda: drafting.nonfinite_rows(logits)),
         target_cache=cache_lib.rewind(cache, index), rng=rng,
         target_calls=s.target_calls + active,
         accept_histogram=s.accept_histogram + jnp.sum(active),
@@ -289,36 +305,38 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
 
 
 def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, sampling,
-                      lenience, verification, eos_id, check_finite):
-  """One speculative iteration: gamma draft calls, one verify call, accept."""
-
-  def draft_one(carry, key):
-    cache, token = carry
-    logits, cache = draft_step_fn(token[:, None], cache)
-    q_i, x_i = sampling_lib.draw(key, logits[:, 0], sampling)  # [B, V], [B]
-    return (cache, x_i), (x_i, q_i, _nonfinite_rows(logits) if check_finite else None)
+                      lenience, verification, confidence_threshold, verify_lengths, eos_id,
+                      check_finite):
+  """One speculative iteration: up to gamma draft calls, one verify call, accept."""
 
   def body(s: _LoopState) -> _LoopState:
     rng, draft_key, accept_key = _split_rows(s.rng, 3)
     active = ~s.done
     last = jnp.take_along_axis(s.tokens, s.index[:, None], axis=1)[:, 0]  # [B]
 
-    # 1. Draft: [gamma] keys per row -> x [B, gamma], q [B, gamma, V].
+    # 1. Draft: [gamma] keys per row -> x [B, gamma], q [B, gamma, V]; row b
+    #    proposes its first lengths[b] (all gamma unless confidence_threshold).
     draft_keys = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key), 0, 1)
-    (draft_cache, _), (x, q, draft_bad) = jax.lax.scan(draft_one, (s.draft_cache, last),
-                                                        draft_keys)  # draft_bad [gamma, B]
-    x, q = jnp.swapaxes(x, 0, 1), jnp.swapaxes(q, 0, 1)
+    draft_cache, x, q, lengths, steps, draft_bad = drafting.draft_block(
+        draft_step_fn, s.draft_cache, last, draft_keys, gamma=gamma, sampling=sampling,
+        active=active, confidence_threshold=confidence_threshold, check_finite=check_finite)
 
     # 2. Verify: one target call over [last, x_1..x_gamma] -> p [B, gamma + 1, V].
-    logits, target_cache = target_step_fn(jnp.concatenate([last[:, None], x], axis=1),
-                                          s.target_cache)
+    logits, target_cache = drafting.verify(target_step_fn,
+                                           jnp.concatenate([last[:, None], x], axis=1),
+                                           s.target_cache, steps, verify_lengths)
     p = sampling_lib.adjust(logits, sampling)
 
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
-    n, y = speculative.accept_reject(accept_key, x, q, p, lenience, verification)
-    sweep = active & (n == gamma)
-    draft_cache = jax.lax.cond(jnp.any(sweep), lambda c: draft_step_fn(x[:, -1:], c)[1],
-                               lambda c: c, draft_cache)
+    n, y = speculative.accept_reject(accept_key, x, q, p, lenience, verification,
+                                     lengths=None if confidence_threshold is None else lengths)
+    # The draft has seen x_1..x_{steps-1}: rows that kept all `steps` drafts
+    # need x_steps fed (a row that stopped earlier fed its last draft already).
+    sweep = active & (n == steps)
+    draft_cache = jax.lax.cond(
+        jnp.any(sweep),
+        lambda c: draft_step_fn(jax.lax.dynamic_slice_in_dim(x, steps - 1, 1, axis=1), c)[1],
+        lambda c: c, draft_cache)
 
     # 4. Emit x_1..x_n, y, cut at the first EOS and at max_decode_len.
     slots = jnp.arange(gamma + 1)
@@ -333,17 +351,22 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
 
     return s.replace(
         tokens=cache_lib.write(s.tokens, candidates, s.index + 1), index=index,
-        **_flag_nonfinite(s, done, lambda: _nonfinite_rows(logits) | jnp.any(draft_bad, axis=0)),
+        **_flag_nonfinite(s, done, lambda: drafting.nonfinite_rows(logits) | draft_bad),
         target_cache=cache_lib.rewind(target_cache, index),
         draft_cache=cache_lib.rewind(draft_cache, index), rng=rng,
         target_calls=s.target_calls + active,
-        draft_calls=s.draft_calls + active * gamma + sweep,
-        accept_histogram=s.accept_histogram + jnp.sum(
-            jax.nn.one_hot(n, gamma + 1, dtype=jnp.int32) * active[:, None], axis=0),
+        draft_calls=s.draft_calls + active * steps + sweep,
+        accept_histogram=s.accept_histogram + _histogram(n, active, gamma),
+        draft_histogram=s.draft_histogram + _histogram(lengths, active, gamma),
         loop_target_calls=s.loop_target_calls + 1,
-        loop_draft_calls=s.loop_draft_calls + gamma + jnp.any(sweep))
+        loop_draft_calls=s.loop_draft_calls + steps + jnp.any(sweep))
 
   return body
+
+
+def _histogram(values: jax.Array, active: jax.Array, gamma: int) -> jax.Array:
+  """[gamma + 1] counts of values [B] in 0..gamma over the active rows."""
+  return jnp.sum(jax.nn.one_hot(values, gamma + 1, dtype=jnp.int32) * active[:, None], axis=0)
 
 
 def _split_rows(keys: jax.Array, num: int) -> list[jax.Array]:

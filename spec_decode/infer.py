@@ -54,6 +54,7 @@ import tqdm
 
 from spec_decode import checkpoints
 from spec_decode import decoding
+from spec_decode import drafting
 from spec_decode import gin_utils
 from spec_decode import jsonl
 from spec_decode.gin_utils import ConfigError
@@ -72,7 +73,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           draft_config: T5Config | None = None, draft_checkpoint: str | None = None,
           input_file: str = '-', output_file: str = '-', input_prefix: str = '',
           gamma: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-          lenience: float = 1.0, verification: str = 'token', max_input_len: int = 512,
+          lenience: float = 1.0, verification: str = 'token',
+          confidence_threshold: float | None = None,
+          verify_lengths: Sequence[int] | None = None, max_input_len: int = 512,
           truncate_inputs: bool = False,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
           model_parallel: int = 0, check_finite: bool = True) -> dict[str, Any]:
@@ -101,6 +104,12 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     lenience: l of Appendix A.5 in (0, 1]; 1 samples exactly from the target.
     verification: 'token' (Algorithm 1) or 'block' (Sun et al. 2025: the
       drafted block judged jointly; also exact, accepts at least as many).
+    confidence_threshold: None drafts gamma tokens per target call; a number
+      in [0, 1] makes gamma a maximum: a row stops drafting after a token its
+      draft gave probability below it (spec_decode.drafting; exact).
+    verify_lengths: None verifies gamma + 1 positions per target call; else
+      static K values: each call covers the smallest K that holds its drafts
+      (faster on CPUs with confidence_threshold; each K compiles the target).
     max_input_len: longest input in tokens, EOS included.
     truncate_inputs: cut longer inputs to max_input_len (EOS kept) instead of
       raising ConfigError.
@@ -148,6 +157,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   try:
     summary = _run(out, examples, configs, paths, vocabulary, sampling, speculate=speculate,
                    gamma=gamma, lenience=lenience, verification=verification,
+                   confidence_threshold=confidence_threshold,
+                   verify_lengths=None if verify_lengths is None else tuple(verify_lengths),
                    max_decode_len=max_decode_len,
                    batch_size=batch_size, seed=seed, model_parallel=model_parallel,
                    check_finite=check_finite)
@@ -165,6 +176,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
          paths: dict[str, str | None], vocabulary: Any, sampling: sampling_lib.SamplingParams,
          *, speculate: bool, gamma: int, lenience: float, verification: str,
+         confidence_threshold: float | None, verify_lengths: tuple[int, ...] | None,
          max_decode_len: int, batch_size: int,
          seed: int, model_parallel: int, check_finite: bool) -> dict[str, Any]:
   """Loads the models, compiles, decodes every batch into `out`; returns the summary."""
@@ -175,13 +187,15 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
   input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
   batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
   decode = jax.jit(functools.partial(_decode, gamma=gamma, lenience=lenience,
-                                     verification=verification, max_decode_len=max_decode_len,
-                                     check_finite=check_finite))
+                                     verification=verification,
+                                     confidence_threshold=confidence_threshold,
+                                     verify_lengths=verify_lengths,
+                                     max_decode_len=max_decode_len, check_finite=check_finite))
   start = time.perf_counter()
   decode = decode.lower(target, draft, *batches[0][1:], sampling).compile()
   compile_s = time.perf_counter() - start
 
-  decode_s, generated, target_calls, histogram = 0.0, 0, 0, 0
+  decode_s, generated, target_calls, histogram, drafted = 0.0, 0, 0, 0, 0
   with tqdm.tqdm(total=len(examples), unit='ex', file=sys.stderr, desc='decoding') as bar:
     for index, (rows, tokens, rng) in enumerate(batches):
       start = time.perf_counter()
@@ -203,6 +217,7 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       out.write(records)
       decode_s += walltime
       histogram = histogram + result.accept_histogram
+      drafted = drafted + result.draft_histogram
       bar.update(len(rows))
 
   return dict(
@@ -210,7 +225,7 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       compile_s=compile_s, decode_s=decode_s, examples_per_s=len(examples) / decode_s,
       generated_tokens=generated, tokens_per_s=generated / decode_s,
       tokens_per_target_call=generated / max(target_calls, 1),
-      accept_histogram=histogram.tolist())
+      accept_histogram=histogram.tolist(), draft_histogram=drafted.tolist())
 
 
 # What each setting of `infer` must be: gin passes whatever a binding says.
@@ -222,6 +237,8 @@ _SETTINGS = {
                                                                  'a string or None'),
     'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
     'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
+    'confidence_threshold': ((numbers.Real, type(None)), 'a number or None'),
+    'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
     'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
     **{name: (numbers.Integral, _INTEGER) for name in (
         'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
@@ -254,6 +271,13 @@ def _check_settings(settings: dict[str, Any]) -> None:
   if settings['verification'] not in speculative.VERIFICATIONS:
     raise ConfigError(f'verification (VERIFICATION in gin) must be one of '
                       f'{speculative.VERIFICATIONS}, got {settings["verification"]!r}')
+  threshold = settings['confidence_threshold']
+  if threshold is not None and not 0.0 <= threshold <= 1.0:
+    raise ConfigError(f'confidence_threshold must be None or in [0, 1], got {threshold}')
+  try:
+    drafting.check_verify_lengths(settings['verify_lengths'], settings['gamma'])
+  except ValueError as e:
+    raise ConfigError(f'{e} (VERIFY_LENGTHS in gin)') from None
 
 
 def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
@@ -327,7 +351,8 @@ def _batches(examples: list[Example], batch_size: int, input_len: int,
 
 def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
             rng: jax.Array, sampling: sampling_lib.SamplingParams, *, gamma: int,
-            lenience: float, verification: str, max_decode_len: int,
+            lenience: float, verification: str, confidence_threshold: float | None,
+            verify_lengths: tuple[int, ...] | None, max_decode_len: int,
             check_finite: bool) -> decoding.DecodeOutput:
   """Baseline decoding without a draft, speculative decoding with one."""
   lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
@@ -336,7 +361,9 @@ def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Ar
                         sampling=sampling, eos_id=EOS_ID, check_finite=check_finite)
   return lib.speculative_generate(target, draft, tokens, rng, gamma=gamma,
                                   max_decode_len=max_decode_len, sampling=sampling,
-                                  lenience=lenience, verification=verification, eos_id=EOS_ID,
+                                  lenience=lenience, verification=verification,
+                                  confidence_threshold=confidence_threshold,
+                                  verify_lengths=verify_lengths, eos_id=EOS_ID,
                                   check_finite=check_finite)
 
 
@@ -360,6 +387,7 @@ def _print_summary(summary: dict[str, Any], speculate: bool, gamma: int) -> None
   ]
   if speculate:
     lines.append(f'accepted drafts 0..{gamma} (iterations): {summary["accept_histogram"]}')
+    lines.append(f'drafts proposed 0..{gamma} (iterations): {summary["draft_histogram"]}')
   print('\n'.join(lines), file=sys.stderr)
 
 

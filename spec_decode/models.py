@@ -24,6 +24,7 @@ import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
+from spec_decode import drafting
 from spec_decode import drafts
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
@@ -120,6 +121,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, verification: str = 'token',
+                         confidence_threshold: float | None = None,
+                         verify_lengths: tuple[int, ...] | None = None,
                          prompt: jax.Array | None = None, eos_id: int = 1,
                          check_finite: bool = False) -> decoding.DecodeOutput:
   """Speculative decoding of target M_p with draft M_q, compiled.
@@ -138,6 +141,9 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     sampling: traced temperature/top-k/top-p; greedy when None.
     lenience: traced l of Appendix A.5 in (0, 1]; 1 is exact.
     verification: static 'token' or 'block' (see speculative.accept_reject).
+    confidence_threshold: None drafts gamma tokens; a traced number in [0, 1]
+      drafts adaptively, at most gamma (see spec_decode.drafting).
+    verify_lengths: static K values of the verify call (decoding.speculative_decode).
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
     check_finite: static; stop rows whose target or draft logits are not
@@ -148,7 +154,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
 
   Raises:
     ValueError: as `generate`, and for a draft of another vocabulary size, a
-      bad gamma, a lenience outside (0, 1] or an unknown verification.
+      bad gamma, a lenience outside (0, 1], an unknown verification or a
+      confidence_threshold outside [0, 1].
   """
   if target.vocab_size != draft.vocab_size:
     raise ValueError(
@@ -156,8 +163,12 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
         'speculative sampling needs a shared vocabulary')
   check_inputs(encoder_input_tokens, prompt, target.vocab_size)
   speculative.check_lenience(lenience)
+  drafting.check_threshold(confidence_threshold)
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt,
-                               lenience, gamma=decoding.check_size('gamma', gamma),
+                               lenience, confidence_threshold,
+                               gamma=decoding.check_size('gamma', gamma),
+                               verify_lengths=None if verify_lengths is None else tuple(
+                                   verify_lengths),
                                verification=speculative.check_verification(verification),
                                max_decode_len=decoding.check_size('max_decode_len',
                                                                   max_decode_len),
@@ -210,14 +221,18 @@ def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_
                                         check_finite=check_finite)
 
 
-@functools.partial(jax.jit, static_argnames=('gamma', 'verification', 'max_decode_len', 'eos_id',
-                                             'check_finite'))
+@functools.partial(jax.jit, static_argnames=('gamma', 'verification', 'verify_lengths',
+                                             'max_decode_len', 'eos_id', 'check_finite'))
 def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
-                          *, gamma, verification, max_decode_len, eos_id, check_finite):
+                          confidence_threshold, *, gamma, verification, verify_lengths,
+                          max_decode_len, eos_id,
+                          check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
   return decoding.speculative_decode(
       target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
       max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
-      verification=verification, prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+      verification=verification, confidence_threshold=confidence_threshold,
+      verify_lengths=verify_lengths, prompt=prompt,
+      eos_id=eos_id, check_finite=check_finite)

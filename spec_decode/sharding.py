@@ -37,6 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
 from spec_decode import decoding
+from spec_decode import drafting
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
@@ -271,7 +272,7 @@ def _output_shardings(model: ShardedT5Model, batch: int, max_decode_len: int,
       tokens=batch_sharding(model.mesh, model.rules, (batch, max_decode_len)), lengths=rows,
       generated=rows, target_calls=rows, draft_calls=rows, accept_histogram=replicated,
       loop_target_calls=replicated, loop_draft_calls=replicated,
-      nonfinite=rows if check_finite else None)
+      nonfinite=rows if check_finite else None, draft_histogram=replicated)
 
 
 def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
@@ -303,6 +304,8 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, verification: str = 'token',
+                         confidence_threshold: float | None = None,
+                         verify_lengths: tuple[int, ...] | None = None,
                          prompt: jax.Array | None = None, eos_id: int = 1,
                          check_finite: bool = False) -> decoding.DecodeOutput:
   """`models.speculative_generate` over the models' mesh, each model by its rules.
@@ -312,8 +315,9 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
     draft: the model M_q on the same mesh, usually by DATA_PARALLEL_RULES.
     encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`
       (by the target's rules).
-    rng, gamma, max_decode_len, sampling, lenience, verification, prompt,
-      eos_id, check_finite: as `models.speculative_generate`.
+    rng, gamma, max_decode_len, sampling, lenience, verification,
+      confidence_threshold, verify_lengths, prompt, eos_id, check_finite: as
+      `models.speculative_generate`.
 
   Returns:
     decoding.DecodeOutput, rows split over `data`.
@@ -323,17 +327,22 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   models.check_inputs(encoder_input_tokens, prompt, target.vocab_size)
   speculative.check_lenience(lenience)
   speculative.check_verification(verification)
+  drafting.check_threshold(confidence_threshold)
   gamma = decoding.check_size('gamma', gamma)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
   in_shardings = (target.shardings(), draft.shardings(),
                   *_input_shardings(target, encoder_input_tokens, rng),
-                  NamedSharding(target.mesh, PartitionSpec()))
-  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3, 4),
+                  NamedSharding(target.mesh, PartitionSpec()),
+                  None if confidence_threshold is None else NamedSharding(target.mesh,
+                                                                          PartitionSpec()))
+  verify_lengths = None if verify_lengths is None else tuple(verify_lengths)
+  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3, 4, 5),
                    in_shardings=in_shardings,
                    out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))
-  return jitted(gamma, verification, max_decode_len, eos_id, check_finite, target, draft,
-                encoder_input_tokens, rng, sampling, prompt, lenience)
+  return jitted(gamma, verification, verify_lengths, max_decode_len, eos_id, check_finite,
+                target, draft,
+                encoder_input_tokens, rng, sampling, prompt, lenience, confidence_threshold)
 
 
 def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
@@ -343,10 +352,12 @@ def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens,
                          check_finite=check_finite)
 
 
-def _speculative_generate(gamma, verification, max_decode_len, eos_id, check_finite, target, draft,
-                          encoder_input_tokens, rng, sampling, prompt, lenience):
+def _speculative_generate(gamma, verification, verify_lengths, max_decode_len, eos_id,
+                          check_finite, target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
+                          confidence_threshold):
   return models.speculative_generate(
       target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, lenience=lenience, verification=verification, prompt=prompt,
+      sampling=sampling, lenience=lenience, verification=verification,
+      confidence_threshold=confidence_threshold, verify_lengths=verify_lengths, prompt=prompt,
       eos_id=eos_id,
       check_finite=check_finite)

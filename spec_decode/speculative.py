@@ -59,7 +59,8 @@ def check_lenience(lenience: float | jax.Array) -> None:
 
 def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
                   lenience: float | jax.Array = 1.0,
-                  verification: str = 'token') -> tuple[jax.Array, jax.Array]:
+                  verification: str = 'token',
+                  lengths: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """Verifies gamma drafted tokens per row against the target.
 
   Args:
@@ -70,6 +71,9 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
       bonus distribution after a clean sweep).
     lenience: l in (0, 1]; 1 is exact speculative sampling.
     verification: static; 'token' (Algorithm 1) or 'block' (Sun et al.).
+    lengths: optional [B] int32 in 1..gamma: row b proposed only its first
+      lengths[b] drafts (adaptive draft length); the rest are never accepted
+      and after all lengths[b] the bonus token comes from p_{lengths[b] + 1}.
 
   Returns:
     n: [B] int32 number of accepted drafts, in 0..gamma.
@@ -88,6 +92,10 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
   accept_key, residual_key = jnp.moveaxis(jax.vmap(jax.random.split)(key), 1, 0)
   u = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(accept_key)  # [B, gamma] in [0, 1)
   ratio = _ratio(drafts, q, p, lenience)
+  if lengths is not None:  # q = 0 beyond a row's length: a proposal p never makes
+    proposed = jnp.arange(gamma)[None, :] < lengths[:, None]
+    ratio = jnp.where(proposed, ratio, 0.0)
+    q = jnp.where(proposed[..., None], q, 0.0)
   if verification == 'token':
     accepted = jnp.cumprod(u < ratio, axis=-1)  # first rejection zeroes the rest
     n = jnp.sum(accepted, axis=-1).astype(jnp.int32)  # [B]

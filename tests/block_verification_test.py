@@ -6,7 +6,10 @@ Checked by hand once (2026-12-02), both cases of
 `test_joint_law_of_a_block_is_the_targets[...-block]` fail a broken rule: with
 h_i = w_i instead of r_i / (r_i + 1 - w_i), p-value 0.0 in both; with the
 residual max(0, p - q) instead of max(0, w_n p - q), p-values 3e-145 and 6e-87
-(the correct rule: 0.30 and 0.036).
+(the correct rule: 0.30 and 0.036). The adaptive cases (`...-True-token` and
+`...-True-block`) fail when `lengths` leaves q unmasked beyond a row's length
+(p-values 3e-17 and 2e-310) or leaves the acceptance ratio unmasked (3e-7 and
+6e-63).
 """
 
 import functools
@@ -44,28 +47,37 @@ def _tables(seed, vocab, gamma, banned):
   return [table(n) for n in range(gamma + 1)], [table(n) for n in range(gamma)]
 
 
-@functools.partial(jax.jit, static_argnames=('rows', 'verification'),
+@functools.partial(jax.jit, static_argnames=('rows', 'verification', 'adaptive'),
                    compiler_options=stubs.OPTIMIZED)
-def _blocks(key, p, q, rows, verification):
+def _blocks(key, p, q, rows, verification, adaptive=False):
   """Drafts a block from q, verifies it against p, completes gamma + 1 tokens from p.
+
+  adaptive: a row stops drafting after a token its draft gave probability
+  below 0.2 (the rule of spec_decode.drafting, on these q), so block lengths
+  depend on the drafted path.
 
   Returns:
     [rows] int32: the gamma + 1 emitted tokens as one base-V number.
     [rows] int32: accepted drafts n.
+    [rows] int32: drafts proposed (gamma unless adaptive).
   """
   gamma, vocab = len(q), q[0].shape[-1]
   keys = jax.random.split(key, 2 * gamma + 2)
   prefix, drafts, q_rows, p_rows = jnp.zeros((rows,), jnp.int32), [], [], []
+  lengths = jnp.full((rows,), gamma, jnp.int32)
   for i in range(gamma):
     q_rows.append(q[i][prefix])
     p_rows.append(p[i][prefix])
     drafts.append(sampling.sample(jax.random.split(keys[i], rows), q_rows[-1]))
     prefix = prefix * vocab + drafts[-1]
+    confidence = jnp.take_along_axis(q_rows[-1], drafts[-1][:, None], axis=1)[:, 0]
+    lengths = jnp.where((lengths == gamma) & (confidence < 0.2), i + 1, lengths)
   p_rows.append(p[gamma][prefix])
   drafts = jnp.stack(drafts, axis=1)
   n, y = speculative.accept_reject(jax.random.split(keys[gamma], rows), drafts,
                                    jnp.stack(q_rows, axis=1), jnp.stack(p_rows, axis=1),
-                                   verification=verification)
+                                   verification=verification,
+                                   lengths=lengths if adaptive else None)
   # x_1..x_n, y, then the target's own samples up to gamma + 1 tokens.
   outcome = jnp.zeros((rows,), jnp.int32)
   for i in range(gamma + 1):
@@ -73,7 +85,7 @@ def _blocks(key, p, q, rows, verification):
     token = drafts[:, i] if i < gamma else own
     token = jnp.where(i < n, token, jnp.where(i == n, y, own))
     outcome = outcome * vocab + token
-  return outcome, n
+  return outcome, n, lengths if adaptive else jnp.full((rows,), gamma)
 
 
 def _target_law(p, vocab, gamma):
@@ -86,18 +98,28 @@ def _target_law(p, vocab, gamma):
 
 
 @pytest.mark.parametrize('verification', speculative.VERIFICATIONS)
-@pytest.mark.parametrize('vocab, gamma, banned', [(3, 3, 0.25), (4, 2, 0.3)])
-def test_joint_law_of_a_block_is_the_targets(verification, vocab, gamma, banned):
-  """The gamma + 1 tokens a verify pass starts are distributed as p's (chi-square)."""
-  p, q = _tables(10 * vocab + gamma, vocab, gamma, banned)
+@pytest.mark.parametrize('vocab, gamma, banned, adaptive', [
+    (3, 3, 0.25, False), (4, 2, 0.3, False), (3, 3, 0.25, True)])
+def test_joint_law_of_a_block_is_the_targets(verification, vocab, gamma, banned, adaptive):
+  """The gamma + 1 tokens a verify pass starts are distributed as p's (chi-square).
+
+  adaptive: each row proposes only the drafts before its stop rule fired.
+  """
+  p, q = _tables(10 * vocab + gamma + 100 * adaptive, vocab, gamma, banned)
   counts = np.zeros(vocab ** (gamma + 1), np.int64)
   accepted = np.zeros(gamma + 1, np.int64)
+  proposed = np.zeros(gamma + 1, np.int64)
   for i in range(4):
-    outcome, n = _blocks(jax.random.key(i), p, q, CHUNK, verification)
+    outcome, n, lengths = _blocks(jax.random.key(i), p, q, CHUNK, verification, adaptive)
     counts += np.bincount(np.asarray(outcome), minlength=counts.size)
     accepted += np.bincount(np.asarray(n), minlength=gamma + 1)
+    proposed += np.bincount(np.asarray(lengths), minlength=gamma + 1)
   assert stubs.chi_square_pvalue(counts, _target_law(p, vocab, gamma)) > FALSE_POSITIVE_RATE
-  assert np.all(accepted > 0)  # every n, so every residual, was exercised
+  if adaptive:  # every block length occurred, and rejections and acceptances
+    assert np.all(proposed[1:] > 0) and accepted[0] > 0 and accepted[2:].sum() > 0, (
+        proposed, accepted)
+  else:
+    assert np.all(accepted > 0)  # every n, so every residual, was exercised
 
 
 def _exact_expected_accepted(p, q, vocab, gamma):
@@ -112,7 +134,8 @@ def _exact_expected_accepted(p, q, vocab, gamma):
     prefixes = prefixes * vocab + blocks[:, i]
   p_rows.append(p[gamma][prefixes])
   q_rows, p_rows = jnp.asarray(np.stack(q_rows, 1)), jnp.asarray(np.stack(p_rows, 1))
-  ratio = speculative._ratio(jnp.asarray(blocks), q_rows, p_rows, 1.0)  # pylint: disable=protected-access
+  ratio = speculative._ratio(  # pylint: disable=protected-access
+      jnp.asarray(blocks), q_rows, p_rows, 1.0)
   token = np.sum(np.cumprod(np.minimum(np.asarray(ratio), 1.0), axis=1), axis=1)
   _, h = speculative.block_weights(ratio, q_rows, p_rows)
   h = np.asarray(h, np.float64)

@@ -89,6 +89,11 @@ CASES = {
     'unknown_verification': (["--gin.VERIFICATION='tree'"],
                              "verification (VERIFICATION in gin) must be one of ('token', "
                              "'block'), got 'tree'"),
+    'threshold_above_1': (['--gin.CONFIDENCE_THRESHOLD=1.5'],
+                          'confidence_threshold must be None or in [0, 1], got 1.5'),
+    'verify_length_too_long': (['--gin.VERIFY_LENGTHS=[2, 9]'],
+                               'verify_lengths must be integers in 2..gamma + 1 = 5, got [2, 9] '
+                               '(VERIFY_LENGTHS in gin)'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
 }

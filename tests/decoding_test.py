@@ -18,22 +18,22 @@ EOS = 1
 
 
 def _decode(target, draft, *, batch, max_len, gamma, rng, params=None, prompt=None, eos_id=EOS,
-            lenience=1.0, verification='token'):
+            lenience=1.0, verification='token', confidence_threshold=None, verify_lengths=None):
   """Runs one loop over stub models; draft=None runs the baseline.
 
   The tables are traced arguments of one jitted function, so every call with
   the same shapes and static settings reuses one compiled loop.
   """
   return _run(target.table, None if draft is None else draft.table, rng, params, prompt,
-              lenience, batch=batch, max_len=max_len, gamma=gamma, eos_id=eos_id,
-              verification=verification)
+              lenience, confidence_threshold, batch=batch, max_len=max_len, gamma=gamma,
+              eos_id=eos_id, verification=verification, verify_lengths=verify_lengths)
 
 
 @functools.partial(jax.jit, static_argnames=('batch', 'max_len', 'gamma', 'eos_id',
-                                             'verification'),
+                                             'verification', 'verify_lengths'),
                    compiler_options=stubs.OPTIMIZED)
-def _run(target_table, draft_table, rng, params, prompt, lenience, *, batch, max_len, gamma,
-         eos_id, verification):
+def _run(target_table, draft_table, rng, params, prompt, lenience, confidence_threshold, *,
+         batch, max_len, gamma, eos_id, verification, verify_lengths):
   target = stubs.TableModel(target_table)
   capacity = decoding.cache_length(max_len, gamma)
   if draft_table is None:
@@ -45,7 +45,8 @@ def _run(target_table, draft_table, rng, params, prompt, lenience, *, batch, max
       target.step_fn, target.init_cache(batch, capacity), draft.step_fn,
       draft.init_cache(batch, capacity), gamma=gamma, max_decode_len=max_len, rng=rng,
       sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience,
-      verification=verification)
+      verification=verification, confidence_threshold=confidence_threshold,
+      verify_lengths=verify_lengths)
 
 
 _adjust = jax.jit(sampling.adjust)  # eager, its top-k/top-p bisection took seconds per call
@@ -79,15 +80,17 @@ def _outcome_counts(out, dist):
   return counts
 
 
-@pytest.mark.parametrize('gamma, knobs, verification', [
-    (None, dict(temperature=1.0), 'token'),
-    (1, dict(temperature=1.0), 'token'),
-    (3, dict(temperature=1.0), 'token'),
-    (3, dict(temperature=0.9, top_k=4, top_p=0.9), 'token'),
-    (3, dict(temperature=1.0), 'block'),
-    (2, dict(temperature=0.9, top_k=4, top_p=0.9), 'block'),
+@pytest.mark.parametrize('gamma, knobs, verification, threshold', [
+    (None, dict(temperature=1.0), 'token', None),
+    (1, dict(temperature=1.0), 'token', None),
+    (3, dict(temperature=1.0), 'token', None),
+    (3, dict(temperature=0.9, top_k=4, top_p=0.9), 'token', None),
+    (3, dict(temperature=1.0), 'block', None),
+    (2, dict(temperature=0.9, top_k=4, top_p=0.9), 'block', None),
+    (3, dict(temperature=1.0), 'token', 0.4),
+    (3, dict(temperature=1.0), 'block', 0.4),
 ])
-def test_sequence_distribution_is_the_targets(gamma, knobs, verification):
+def test_sequence_distribution_is_the_targets(gamma, knobs, verification, threshold):
   """Joint law of the first three tokens of the full loop == p's, by chi-square."""
   vocab, max_len, rows = 6, 3, 120_000
   target = stubs.TableModel.random(0, vocab, banned=0.15)
@@ -95,13 +98,18 @@ def test_sequence_distribution_is_the_targets(gamma, knobs, verification):
   params = sampling.SamplingParams.create(**knobs)
   dist = _sequence_distribution(target, params, max_len)
   out = _decode(target, draft if gamma else None, batch=rows, max_len=max_len, gamma=gamma or 0,
-                rng=jax.random.key(11), params=params, verification=verification)
+                rng=jax.random.key(11), params=params, verification=verification,
+                confidence_threshold=threshold)
   counts = _outcome_counts(out, dist)
   probs = np.append(np.array(list(dist.values())), 0.0)
   assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE
   if gamma:  # some drafts were rejected, so the residual path was exercised
     hist = np.asarray(out.accept_histogram)
     assert hist[0] > 0 and hist[gamma] > 0
+    drafted = np.asarray(out.draft_histogram)
+    assert drafted[0] == 0 and drafted.sum() == hist.sum()
+    if threshold:  # adaptive: every length 1..gamma was drafted
+      assert np.all(drafted[1:] > 0), drafted
 
 
 @pytest.mark.parametrize('seed, gamma, verification', [
@@ -124,6 +132,59 @@ def test_greedy_speculative_equals_greedy_baseline(seed, gamma, verification):
       np.arange(3) < np.array([[2], [0], [1], [3]]), prompt, np.asarray(spec.tokens)[:, :3]))
   assert int(jnp.sum(spec.accept_histogram)) == int(jnp.sum(spec.target_calls))
   assert int(jnp.sum(spec.target_calls)) <= int(jnp.sum(base.target_calls))
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_adaptive_draft_length_with_threshold_0_is_fixed_gamma(temperature):
+  """No token has probability below 0: the adaptive loop drafts gamma, exactly as the fixed one."""
+  vocab, gamma = 9, 3
+  target = stubs.TableModel.random(4, vocab)
+  draft = stubs.TableModel.random(5, vocab)
+  run = functools.partial(_decode, target, draft, batch=3, max_len=12, gamma=gamma,
+                          rng=jax.random.key(3),
+                          params=sampling.SamplingParams.create(temperature=temperature))
+  fixed, adaptive = run(), run(confidence_threshold=0.0)
+  for name in ('tokens', 'lengths', 'target_calls', 'draft_calls', 'accept_histogram',
+               'draft_histogram'):
+    np.testing.assert_array_equal(getattr(adaptive, name), getattr(fixed, name), err_msg=name)
+  assert np.asarray(fixed.draft_histogram)[:gamma].sum() == 0
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_verify_over_the_smallest_static_length_equals_the_full_call(temperature):
+  """Adaptive drafts verified over K in (2, 3, gamma + 1): the same outputs and counts."""
+  vocab, gamma = 9, 5
+  target = stubs.TableModel.random(10, vocab)
+  draft = stubs.TableModel.random(11, vocab)
+  run = functools.partial(_decode, target, draft, batch=3, max_len=15, gamma=gamma,
+                          rng=jax.random.key(4), confidence_threshold=0.3,
+                          params=sampling.SamplingParams.create(temperature=temperature))
+  full, bucketed = run(), run(verify_lengths=(2, 3))
+  for name in ('tokens', 'lengths', 'target_calls', 'draft_calls', 'accept_histogram',
+               'draft_histogram'):
+    np.testing.assert_array_equal(getattr(bucketed, name), getattr(full, name), err_msg=name)
+  assert np.asarray(full.draft_histogram)[1:3].sum() > 0  # short blocks took a short call
+
+
+def test_adaptive_draft_length_stops_rows_and_stays_greedy_exact():
+  """Threshold 1: every row stops after one draft; 0.5: lengths vary; greedy output unchanged."""
+  vocab, gamma, max_len = 11, 4, 17
+  target = stubs.TableModel.random(6, vocab)
+  draft = stubs.TableModel(np.asarray(target.table) + 0.8 * np.random.default_rng(7)
+                           .standard_normal(target.table.shape))
+  base = _decode(target, None, batch=4, max_len=max_len, gamma=0, rng=jax.random.key(0))
+  for threshold in (1.0, 0.5):
+    out = _decode(target, draft, batch=4, max_len=max_len, gamma=gamma, rng=jax.random.key(1),
+                  confidence_threshold=threshold)
+    np.testing.assert_array_equal(out.tokens, base.tokens)
+    drafted = np.asarray(out.draft_histogram)
+    iterations = int(np.sum(out.target_calls))
+    assert drafted.sum() == iterations
+    if threshold == 1.0:
+      assert drafted[1] == iterations
+      np.testing.assert_array_equal(out.accept_histogram[2:], 0)
+    else:
+      assert drafted[1] > 0 and drafted[2:].sum() > 0, drafted
 
 
 @pytest.mark.parametrize('temperature', [0.0, 1.0])
@@ -223,6 +284,11 @@ def test_bad_arguments_raise_clear_errors():
     spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, lenience=0.0)
   with pytest.raises(ValueError, match="verification must be one of .*, got 'tree'"):
     spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, verification='tree')
+  with pytest.raises(ValueError, match=r'confidence_threshold must be None or a number in '
+                                       r'\[0, 1\], got 1.5'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, confidence_threshold=1.5)
+  with pytest.raises(ValueError, match=r'verify_lengths must be integers in 2..gamma \+ 1 = 3'):
+    spec(draft.step_fn, caches(draft), gamma=2, max_decode_len=8, verify_lengths=(1, 3))
   with pytest.raises(ValueError, match='rng must be one key or 2 keys'):
     decoding.autoregressive_decode(target.step_fn, caches(target), max_decode_len=8,
                                    rng=jax.random.split(key, 3))

@@ -80,10 +80,11 @@ def _records(jsonl: str) -> list[dict]:
 
 def test_greedy_speculative_equals_greedy_baseline(tmp_path, checkpoint_dir):
   # Speculative: stdin to stdout, batches of 2 (the last one padded).
-  # Block verification (the default 'token' runs in the other tests): greedy, the same outputs.
+  # Block verification and an adaptive draft length with a short verify call (the defaults,
+  # 'token', gamma drafts and gamma + 1 positions, run in the other tests): the same outputs.
   speculative = _decode(_gin_file(tmp_path, checkpoint_dir, 'decode'), f'--gin.GAMMA={GAMMA}',
                         '--gin.BATCH_SIZE=2', "--gin.VERIFICATION='block'",
-                        stdin='\n'.join(INPUTS) + '\n')
+                        '--gin.CONFIDENCE_THRESHOLD=0.4', '--gin.VERIFY_LENGTHS=[2]', stdin='\n'.join(INPUTS) + '\n')
   assert speculative.returncode == 0, speculative.stderr
   # Baseline: file to file, batches of 3.
   input_file, output_file = tmp_path / 'inputs.txt', tmp_path / 'outputs.jsonl'
@@ -106,7 +107,8 @@ def test_greedy_speculative_equals_greedy_baseline(tmp_path, checkpoint_dir):
     assert records[1]['inputs'] == 'Two dogs play in the snow.'
     assert records[1]['targets'] == 'Zwei Hunde spielen im Schnee.'
   assert [r['batch'] for r in speculative_records] == [0, 0, 1, 1, 2]
-  assert all(len(r['batch_accept_histogram']) == GAMMA + 1 and r['draft_calls'] >= GAMMA
+  assert all(len(r['batch_accept_histogram']) == GAMMA + 1
+             and r['draft_calls'] >= r['target_calls']
              for r in speculative_records)
   assert sum(sum(r['batch_accept_histogram'][1:]) for r in speculative_records) > 0
   assert all(r['draft_calls'] == 0 for r in baseline_records)
@@ -115,6 +117,7 @@ def test_greedy_speculative_equals_greedy_baseline(tmp_path, checkpoint_dir):
   for result in (speculative, baseline):
     assert 'compile' in result.stderr and 'tokens per target call' in result.stderr
   assert 'accepted drafts 0..3' in speculative.stderr
+  assert 'drafts proposed 0..3' in speculative.stderr
 
 
 TOO_LONG = 'one two three four five six seven eight nine ten ' * 4

@@ -113,11 +113,12 @@ def _decode_all(generate, speculative, target, draft) -> dict:
   return outputs
 
 
-def _speculative(generate_fn, verification='token'):
+def _speculative(generate_fn, verification='token', confidence_threshold=None):
   """(target, draft, tokens, rng, sampling) -> DecodeOutput of models' or sharding's function."""
   return lambda t, d, x, k, s: generate_fn(t, d, x, k, gamma=GAMMA, sampling=s,
                                            max_decode_len=MAX_DECODE_LEN,
-                                           verification=verification)
+                                           verification=verification,
+                                           confidence_threshold=confidence_threshold)
 
 
 def _check_mesh(model_parallel: int, target: models.T5Model, draft: models.T5Model,
@@ -137,8 +138,9 @@ def _check_mesh(model_parallel: int, target: models.T5Model, draft: models.T5Mod
   if model_parallel == 4:  # One key for all rows: replicated, split per row inside.
     out = speculative(target, draft, TOKENS, ONE_KEY, KNOBS['sampled'])
     outputs['one_key_sampled'] = _outputs(out)
-    outputs['block_sampled'] = _outputs(_speculative(sharding.speculative_generate, 'block')(
-        target, draft, TOKENS, KEYS, KNOBS['sampled']))
+    outputs['block_adaptive_sampled'] = _outputs(_speculative(
+        sharding.speculative_generate, 'block', 0.4)(target, draft, TOKENS, KEYS,
+                                                     KNOBS['sampled']))
     result['output_specs'] = [str(out.tokens.sharding.spec), str(out.lengths.sharding.spec)]
   if model_parallel > 1:
     result['verify_step'] = _collectives(_verify_step_hlo(target), weight_shapes)
@@ -179,8 +181,8 @@ def main(workdir: pathlib.Path) -> dict:
   one_key = _speculative(models.speculative_generate)(target, draft, TOKENS, ONE_KEY,
                                                       KNOBS['sampled'])
   reference['one_key_sampled'] = _outputs(one_key)
-  reference['block_sampled'] = _outputs(_speculative(models.speculative_generate, 'block')(
-      target, draft, TOKENS, KEYS, KNOBS['sampled']))
+  reference['block_adaptive_sampled'] = _outputs(_speculative(
+      models.speculative_generate, 'block', 0.4)(target, draft, TOKENS, KEYS, KNOBS['sampled']))
   summary = {'greedy_speculative_equals_baseline': _same(reference['greedy'],
                                                          reference['baseline_greedy']),
              'sampled_accept_histogram': np.asarray(one_key.accept_histogram).tolist(),
