@@ -10,10 +10,12 @@ from spec_decode import data
 from spec_decode import drafts
 from spec_decode import models
 from spec_decode.harness import batch_sweep
+from spec_decode.harness import draft_length_sweep
 from spec_decode.harness import experiments
 from spec_decode.harness import lenience_sweep
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode.harness import verification_sweep
 from spec_decode.t5 import t5_1_1
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
@@ -63,6 +65,55 @@ def test_lenience_experiment_writes_table_5(target, tmp_path):
   with pytest.raises(ValueError, match='lenience values'):
     lenience_sweep.lenience_experiment(target, draft, 'nano',
                                     lenience_sweep.LenienceSettings(lenience=(1.0, 0.0)))
+
+
+def test_ratio_stderr_by_hand():
+  ratio, stderr = verification_sweep.ratio_stderr(np.array([4, 6, 2]), np.array([2, 2, 2]))
+  assert ratio == pytest.approx(2.0)
+  # residuals t - 2c = 0, 2, -2: sqrt(8 / (3 * 2)) / mean(c) = sqrt(4 / 3) / 2.
+  assert stderr == pytest.approx(np.sqrt(4 / 3) / 2)
+  assert np.isnan(verification_sweep.ratio_stderr(np.array([3]), np.array([1]))[1])
+
+
+def test_verification_experiment_compares_token_and_block(target, tmp_path):
+  draft = models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(1))
+  settings = verification_sweep.VerificationSettings(
+      n=3, seeds=2, timed_n=2, temperatures=(0.0,), gammas=(2,), max_input_len=32,
+      max_decode_len=6, batch_size=2, repeats=1)
+  rows = verification_sweep.verification_experiment(target, draft, 'nano', settings)
+  assert [(r['temperature'], r['gamma']) for r in rows] == [(0.0, 2)]
+  greedy = rows[0]  # one-hot p and q: both rules keep the same prefix
+  assert greedy['identical'] == 1.0 and greedy['gain'] == 0.0
+  for row in rows:
+    for v in ('token', 'block'):
+      assert 1 <= row[f'{v}_tokens_per_call'] <= 3 and row[f'{v}_stderr'] >= 0
+      assert row[f'{v}_speedup'] > 0 and row[f'{v}_ms'] > 0
+  md, csv_path, png = verification_sweep.write_report(tmp_path, rows, notes='`the command`')
+  assert '`the command`' in md.read_text() and md.read_text().count('\n| ') == 2 + len(rows)
+  assert png.read_bytes().startswith(PNG_MAGIC)
+  with open(csv_path) as f:
+    assert [int(r['gamma']) for r in csv.DictReader(f)] == [2]
+
+
+def test_draft_length_experiment_compares_fixed_and_adaptive(target, tmp_path):
+  draft = models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(1))
+  settings = draft_length_sweep.DraftLengthSettings(
+      n=2, temperatures=(0.0,), gammas=(2,), gamma_max=3, thresholds=(0.5,),
+      verify_lengths=(2,), max_input_len=32, max_decode_len=6, repeats=1)
+  rows = draft_length_sweep.draft_length_experiment(target, draft, 'nano', settings)
+  assert [(r['kind'], r['gamma'], r['threshold'], r['verify_lengths']) for r in rows] == [
+      ('fixed', 2, None, None), ('adaptive', 3, 0.5, None), ('adaptive', 3, 0.5, (2, 4))]
+  for row in rows:
+    assert row['identical'] == 1.0  # greedy: every decoder gives the baseline's outputs
+    assert 1 <= row['tokens_per_call'] <= row['gamma'] + 1 and row['speedup'] > 0
+    assert 1 <= row['drafted_per_call'] <= row['gamma']
+    assert len(row['draft_histogram']) == row['gamma'] + 1
+  assert rows[0]['drafted_per_call'] == 2.0
+  (best,) = draft_length_sweep.summary(rows)
+  assert best['best_adaptive'].startswith('adaptive <= 3, threshold 0.5')
+  assert draft_length_sweep._label(rows[2]) == 'adaptive <= 3, threshold 0.5, K in {2, 4}'  # pylint: disable=protected-access
+  md, _, png = draft_length_sweep.write_report(tmp_path, rows, notes='`the command`')
+  assert 'best adaptive' in md.read_text() and png.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_batch_walltime_experiment_with_prompt_lookup(target, tmp_path):

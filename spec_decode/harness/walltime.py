@@ -38,6 +38,8 @@ class Decoded:
     draft_calls: [N] draft calls (0 for the baseline).
     accept_histogram: [gamma + 1] how often 0..gamma drafts were accepted,
       over all inputs (the baseline: [target calls]).
+    draft_histogram: [gamma + 1] how often 0..gamma drafts were proposed,
+      over all inputs; None where the decoder does not count them.
   """
 
   seconds: np.ndarray
@@ -45,6 +47,7 @@ class Decoded:
   iterations: np.ndarray
   draft_calls: np.ndarray
   accept_histogram: np.ndarray
+  draft_histogram: np.ndarray | None = None
 
   @property
   def total_s(self) -> float:
@@ -123,11 +126,14 @@ def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
 
 def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: int,
                         max_decode_len: int, sampling: sampling_lib.SamplingParams,
-                        lenience: float = 1.0) -> DecodeFn:
-  """`models.speculative_generate` with a fixed gamma and lenience, as a DecodeFn."""
+                        lenience: float = 1.0, verification: str = 'token',
+                        confidence_threshold: float | None = None,
+                        verify_lengths: tuple[int, ...] | None = None) -> DecodeFn:
+  """`models.speculative_generate` with its settings fixed, as a DecodeFn."""
   return lambda inputs, keys: models.speculative_generate(
       target, draft, inputs, keys, gamma=gamma, max_decode_len=max_decode_len, sampling=sampling,
-      lenience=lenience, eos_id=loading.EOS_ID)
+      lenience=lenience, verification=verification, confidence_threshold=confidence_threshold,
+      verify_lengths=verify_lengths, eos_id=loading.EOS_ID)
 
 
 def time_decoding(decoders: dict[str, DecodeFn], encoder_input_tokens: np.ndarray,
@@ -162,7 +168,9 @@ def time_decoding(decoders: dict[str, DecodeFn], encoder_input_tokens: np.ndarra
       tokens=[o.tokens[0, :o.lengths[0]].tolist() for _, o in outs],
       iterations=np.asarray([int(o.loop_target_calls) for _, o in outs]),
       draft_calls=np.asarray([int(o.loop_draft_calls) for _, o in outs]),
-      accept_histogram=np.sum([o.accept_histogram for _, o in outs], axis=0))
+      accept_histogram=np.sum([o.accept_histogram for _, o in outs], axis=0),
+      draft_histogram=None if outs[0][1].draft_histogram is None else np.sum(
+          [o.draft_histogram for _, o in outs], axis=0))
           for name, outs in records.items()}
 
 
