@@ -15,22 +15,24 @@ of row b's last known token, and both caches hold keys/values for positions
 0 .. index[b] - 1: the next model call feeds `tokens[b, index[b]]`.
 
 One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
-  1. gamma draft calls (K = 1) propose x_1..x_gamma from q_1..q_gamma (or,
-     with a confidence_threshold, each row up to gamma: spec_decode.drafting);
-  2. one target call over K = gamma + 1 positions gives p_1..p_{gamma+1};
-  3. `accept_reject` keeps n drafts and draws the target's own token;
+  1. `steps` draft calls (K = 1) propose x_1..x_steps from q_1..q_steps:
+     steps = gamma, or with a confidence_threshold up to gamma, row b
+     proposing its first lengths[b] (spec_decode.drafting);
+  2. one target call over K = gamma + 1 positions (or the smallest of
+     `verify_lengths` >= steps + 1) gives p_1..p_{steps+1};
+  3. `accept_reject` (token or block verification) keeps n drafts and draws
+     the target's own token;
   4. each row advances by its own count and both caches are rewound per row.
-After a clean sweep (n = gamma) the draft has not yet seen x_gamma; one more
-draft call catches it up, only in iterations where some row needs it.
-Verification is token by token or, with verification='block', by block.
+A row that kept all `steps` drafts leaves the draft one token behind
+(x_steps unseen); one more draft call catches it up, only in iterations where
+some row needs it.
 
 These functions are meant to be traced inside a `jax.jit` built by the caller,
 with model parameters as traced arguments captured by the step functions;
 gamma, max_decode_len and the batch size are static.
 """
 
-import numbers
-from typing import Any, Callable
+from typing import Callable
 
 import flax.struct
 import jax
@@ -38,6 +40,8 @@ import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
 from spec_decode import drafting
+from spec_decode import loop_utils
+from spec_decode.loop_utils import cache_length, check_size  # noqa: F401 (public here too)
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 
@@ -56,7 +60,9 @@ class DecodeOutput:
     lengths: [B] int32 number of valid tokens per row.
     generated: [B] int32 tokens the loop produced per row (prompt excluded).
     target_calls: [B] int32 target calls made while the row was unfinished.
-    draft_calls: [B] int32 draft calls made while the row was unfinished.
+    draft_calls: [B] int32 draft calls made while the row was unfinished:
+      each iteration's batched draft steps, plus the catch-up call where the
+      row itself needed it.
     accept_histogram: [gamma + 1] int32 how often 0..gamma drafts were accepted
       (over unfinished rows and iterations); the baseline is gamma = 0.
     draft_histogram: [gamma + 1] int32 how often 0..gamma drafts were proposed
@@ -118,22 +124,6 @@ class _LoopState:
   loop_target_calls: jax.Array
   loop_draft_calls: jax.Array
   nonfinite: jax.Array | None
-
-
-def check_size(name: str, value: Any, minimum: int = 1) -> int:
-  """`value` as an int if it is an integer >= minimum, else ValueError naming `name`."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-    raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}')
-  return int(value)
-
-
-def cache_length(max_decode_len: int, gamma: int = 0) -> int:
-  """Positions a cache needs so that no write ever leaves its buffers.
-
-  An unfinished row writes at most up to position max_decode_len - 1 + gamma;
-  a finished row keeps stepping (batched) at its final index <= max_decode_len.
-  """
-  return max_decode_len + gamma + 1
 
 
 def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode_len: int,
@@ -223,7 +213,8 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
   """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
   speculate = draft_step_fn is not None
   batch = target_cache.batch_size
-  _check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
+  loop_utils.check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache,
+                               gamma=gamma,
                      max_decode_len=max_decode_len, prompt=prompt)
   sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
 
@@ -243,7 +234,8 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _LoopState(
       tokens=tokens, index=index, done=jnp.zeros((batch,), bool), target_cache=target_cache,
-      draft_cache=draft_cache, rng=_row_keys(rng, batch), target_calls=zeros, draft_calls=zeros,
+      draft_cache=draft_cache, rng=loop_utils.row_keys(rng, batch), target_calls=zeros,
+      draft_calls=zeros,
       accept_histogram=jnp.zeros((gamma + 1,), jnp.int32),
       draft_histogram=jnp.zeros((gamma + 1,), jnp.int32),
       loop_target_calls=jnp.zeros((), jnp.int32), loop_draft_calls=jnp.zeros((), jnp.int32),
@@ -285,7 +277,7 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
   """One baseline iteration: one target call, one token per unfinished row."""
 
   def body(s: _LoopState) -> _LoopState:
-    rng, key = _split_rows(s.rng, 2)
+    rng, key = loop_utils.split_rows(s.rng, 2)
     last = jnp.take_along_axis(s.tokens, s.index[:, None], axis=1)  # [B, 1]
     logits, cache = step_fn(last, s.target_cache)
     _, token = sampling_lib.draw(key, logits[:, 0], sampling)  # [B]
@@ -295,7 +287,7 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
     done = s.done | (active & (token == eos_id)) | (index >= max_decode_len)
     return s.replace(
         tokens=tokens, index=index,
-        **_flag_nonfinite(s, done, lambda: drafting.nonfinite_rows(logits)),
+        **_flag_nonfinite(s, done, lambda: loop_utils.nonfinite_rows(logits)),
         target_cache=cache_lib.rewind(cache, index), rng=rng,
         target_calls=s.target_calls + active,
         accept_histogram=s.accept_histogram + jnp.sum(active),
@@ -310,7 +302,7 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
   """One speculative iteration: up to gamma draft calls, one verify call, accept."""
 
   def body(s: _LoopState) -> _LoopState:
-    rng, draft_key, accept_key = _split_rows(s.rng, 3)
+    rng, draft_key, accept_key = loop_utils.split_rows(s.rng, 3)
     active = ~s.done
     last = jnp.take_along_axis(s.tokens, s.index[:, None], axis=1)[:, 0]  # [B]
 
@@ -321,7 +313,8 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
         draft_step_fn, s.draft_cache, last, draft_keys, gamma=gamma, sampling=sampling,
         active=active, confidence_threshold=confidence_threshold, check_finite=check_finite)
 
-    # 2. Verify: one target call over [last, x_1..x_gamma] -> p [B, gamma + 1, V].
+    # 2. Verify: one target call over [last, x_1..x_gamma] (or its first K
+    #    positions) -> p [B, gamma + 1, V].
     logits, target_cache = drafting.verify(target_step_fn,
                                            jnp.concatenate([last[:, None], x], axis=1),
                                            s.target_cache, steps, verify_lengths)
@@ -351,7 +344,7 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
 
     return s.replace(
         tokens=cache_lib.write(s.tokens, candidates, s.index + 1), index=index,
-        **_flag_nonfinite(s, done, lambda: drafting.nonfinite_rows(logits) | draft_bad),
+        **_flag_nonfinite(s, done, lambda: loop_utils.nonfinite_rows(logits) | draft_bad),
         target_cache=cache_lib.rewind(target_cache, index),
         draft_cache=cache_lib.rewind(draft_cache, index), rng=rng,
         target_calls=s.target_calls + active,
@@ -367,53 +360,3 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
 def _histogram(values: jax.Array, active: jax.Array, gamma: int) -> jax.Array:
   """[gamma + 1] counts of values [B] in 0..gamma over the active rows."""
   return jnp.sum(jax.nn.one_hot(values, gamma + 1, dtype=jnp.int32) * active[:, None], axis=0)
-
-
-def _split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
-  """[B] keys -> `num` arrays of [B] keys, each row split independently."""
-  split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
-  return [split[:, i] for i in range(num)]
-
-
-def _row_keys(rng: jax.Array, batch: int) -> jax.Array:
-  """One key, or [B] keys (typed or raw uint32), -> [B] typed keys."""
-  if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    rng = jax.random.wrap_key_data(rng)
-  if rng.ndim == 0:
-    return jax.random.split(rng, batch)
-  if rng.shape != (batch,):
-    raise ValueError(f'rng must be one key or {batch} keys (one per row), got shape {rng.shape}')
-  return rng
-
-
-def _check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma,
-                       max_decode_len, prompt) -> None:
-  """Raises ValueError for arguments that would decode garbage."""
-  check_size('max_decode_len', max_decode_len)
-  needed = cache_length(max_decode_len, gamma)
-  caches = {'target': target_cache} if draft_step_fn is None else {
-      'target': target_cache, 'draft': draft_cache}
-  for name, cache in caches.items():
-    if cache.capacity < needed:
-      raise ValueError(
-          f'the {name} cache holds {cache.capacity} positions but max_decode_len='
-          f'{max_decode_len} with gamma={gamma} needs {needed}: allocate it with '
-          f'cache_length(max_decode_len, gamma)')
-  batch = target_cache.batch_size
-  if draft_step_fn is not None and draft_cache.batch_size != batch:
-    raise ValueError(f'draft cache batch {draft_cache.batch_size} != target cache batch {batch}')
-  if prompt is not None:
-    if prompt.ndim != 2 or prompt.shape[0] != batch:
-      raise ValueError(f'prompt must be [batch={batch}, P], got shape {prompt.shape}')
-    if not jnp.issubdtype(prompt.dtype, jnp.integer):
-      raise ValueError(f'prompt must hold integer token ids, got {prompt.dtype}')
-    if prompt.shape[1] >= max_decode_len:
-      raise ValueError(f'prompt of length {prompt.shape[1]} does not fit max_decode_len='
-                       f'{max_decode_len}: it must be shorter, to leave room to decode')
-  if draft_step_fn is not None:
-    probe = jnp.zeros((batch, 1), jnp.int32)
-    v_p = jax.eval_shape(target_step_fn, probe, target_cache)[0].shape[-1]
-    v_q = jax.eval_shape(draft_step_fn, probe, draft_cache)[0].shape[-1]
-    if v_p != v_q:
-      raise ValueError(f'draft vocabulary size {v_q} != target vocabulary size {v_p}: speculative '
-                       'sampling compares p and q token by token, so they must share a vocabulary')

@@ -20,11 +20,14 @@ fires, which `speculative.accept_reject(lengths=...)` verifies as such (q and
 the acceptance ratio 0 beyond a row's length).
 """
 
+from typing import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from spec_decode import cache as cache_lib
+from spec_decode import loop_utils
 from spec_decode import sampling as sampling_lib
 
 
@@ -38,8 +41,20 @@ def check_threshold(confidence_threshold: float | jax.Array | None) -> None:
                      f'got {confidence_threshold!r}')
 
 
-def check_verify_lengths(verify_lengths, gamma: int) -> tuple[int, ...] | None:
-  """The sorted K values with gamma + 1 added; ValueError unless each is an int in 2..gamma + 1."""
+def check_verify_lengths(verify_lengths: Sequence[int] | None,
+                         gamma: int) -> tuple[int, ...] | None:
+  """Validates the static verify lengths K.
+
+  Args:
+    verify_lengths: None, or K values each an int in 2..gamma + 1.
+    gamma: the most drafts per iteration.
+
+  Returns:
+    None, or the sorted K values with gamma + 1 added.
+
+  Raises:
+    ValueError: a K that is not an int in 2..gamma + 1.
+  """
   if verify_lengths is None:
     return None
   lengths = tuple(verify_lengths)
@@ -101,7 +116,8 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: ja
     cache: the draft's Cache, advanced by `steps`.
     x: [B, gamma] int32 drafted tokens (0 after `steps`).
     q: [B, gamma, V] float32 their distributions (0 after `steps`).
-    lengths: [B] int32 tokens proposed per row, in 1..gamma.
+    lengths: [B] int32 tokens proposed per row, in 1..steps for unfinished
+      rows (a finished row may show gamma: it is never read).
     steps: [] int32 draft calls made, max(lengths) over active rows (gamma
       when fixed).
     bad: [B] bool rows with a non-finite draft logit, or None.
@@ -129,7 +145,7 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: ja
                       - jax.nn.logsumexp(logits, axis=-1))
     stop = ~stopped & (log_confidence < jnp.log(confidence_threshold))
     if bad is not None:
-      bad = bad | (~stopped & nonfinite_rows(logits))
+      bad = bad | (~stopped & loop_utils.nonfinite_rows(logits))
     return (t + 1, cache, x_t, x.at[:, t].set(x_t), q.at[:, t].set(q_t), stopped | stop,
             jnp.where(stop, t + 1, lengths), bad)
 
@@ -148,20 +164,10 @@ def _fixed(draft_step_fn, cache, last, keys, sampling, check_finite):
     cache, token = carry
     logits, cache = draft_step_fn(token[:, None], cache)
     q_i, x_i = sampling_lib.draw(key, logits[:, 0], sampling)  # [B, V], [B]
-    return (cache, x_i), (x_i, q_i, nonfinite_rows(logits) if check_finite else None)
+    return (cache, x_i), (x_i, q_i, loop_utils.nonfinite_rows(logits) if check_finite else None)
 
   (cache, _), (x, q, bad) = jax.lax.scan(draft_one, (cache, last), keys)  # bad [gamma, B]
   gamma, batch = keys.shape[:2]
   return (cache, jnp.swapaxes(x, 0, 1), jnp.swapaxes(q, 0, 1),
           jnp.full((batch,), gamma, jnp.int32), jnp.asarray(gamma, jnp.int32),
           None if bad is None else jnp.any(bad, axis=0))
-
-
-def nonfinite_rows(logits: jax.Array) -> jax.Array:
-  """[B, ...] -> [B] bool: the row holds a NaN or an infinity.
-
-  x * 0 is 0 for a finite x and NaN otherwise; one float sum per row is a
-  vectorized reduction on XLA:CPU, where a boolean `all` over isfinite cost
-  ~10% of a greedy baseline step at batch 8 (scripts/check_finite_cost.py).
-  """
-  return jnp.isnan(jnp.sum(logits.reshape(logits.shape[0], -1) * 0.0, axis=-1))

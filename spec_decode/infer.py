@@ -272,12 +272,16 @@ def _check_settings(settings: dict[str, Any]) -> None:
     raise ConfigError(f'verification (VERIFICATION in gin) must be one of '
                       f'{speculative.VERIFICATIONS}, got {settings["verification"]!r}')
   threshold = settings['confidence_threshold']
-  if threshold is not None and not 0.0 <= threshold <= 1.0:
-    raise ConfigError(f'confidence_threshold must be None or in [0, 1], got {threshold}')
+  if threshold is not None and (isinstance(threshold, bool) or not 0.0 <= threshold <= 1.0):
+    raise ConfigError(f'confidence_threshold (CONFIDENCE_THRESHOLD in gin) must be None or in '
+                      f'[0, 1], got {threshold!r}')
   try:
     drafting.check_verify_lengths(settings['verify_lengths'], settings['gamma'])
   except ValueError as e:
     raise ConfigError(f'{e} (VERIFY_LENGTHS in gin)') from None
+  if settings['verify_lengths'] is not None and threshold is None:
+    raise ConfigError('verify_lengths (VERIFY_LENGTHS in gin) only shortens the verify call of an '
+                      'adaptive draft length: set CONFIDENCE_THRESHOLD too, or drop it')
 
 
 def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:

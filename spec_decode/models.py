@@ -225,8 +225,7 @@ def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_
                                              'max_decode_len', 'eos_id', 'check_finite'))
 def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
                           confidence_threshold, *, gamma, verification, verify_lengths,
-                          max_decode_len, eos_id,
-                          check_finite):
+                          max_decode_len, eos_id, check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
@@ -234,5 +233,4 @@ def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, pr
       target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
       max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
       verification=verification, confidence_threshold=confidence_threshold,
-      verify_lengths=verify_lengths, prompt=prompt,
-      eos_id=eos_id, check_finite=check_finite)
+      verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)

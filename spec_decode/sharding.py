@@ -353,11 +353,10 @@ def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens,
 
 
 def _speculative_generate(gamma, verification, verify_lengths, max_decode_len, eos_id,
-                          check_finite, target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
-                          confidence_threshold):
+                          check_finite, target, draft, encoder_input_tokens, rng, sampling, prompt,
+                          lenience, confidence_threshold):
   return models.speculative_generate(
       target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
       sampling=sampling, lenience=lenience, verification=verification,
       confidence_threshold=confidence_threshold, verify_lengths=verify_lengths, prompt=prompt,
-      eos_id=eos_id,
-      check_finite=check_finite)
+      eos_id=eos_id, check_finite=check_finite)

@@ -19,13 +19,15 @@ Speculative Decoding", Algorithm 2) judges the block jointly. With w_0 = 1,
   h_gamma = w_gamma,
 n is the largest i with eta_i < h_i (eta_i uniform; 0 if none), and y is drawn
 from norm(max(0, w_n p_{n+1} - q_{n+1})) (p_{gamma+1} after a clean sweep).
-It is never worse than token verification in expected accepted drafts and
-optimal among verifiers that see the same p and q.
+Sun et al. prove it exact, never worse than token verification in expected
+accepted drafts, and optimal among verifiers that see the same p and q.
 
 Either way x_1..x_n, y are distributed exactly as the target's own samples
-(Theorem 3.5 / Appendix A.1; Sun et al., Theorem 2). With lenience l < 1
-(Appendix A.5) q is multiplied by l in the tests and in the residual: more
-drafts are accepted and the output is no longer exactly p.
+(Leviathan et al., Theorem 3.5 / Appendix A.1, and Sun et al.). With lenience
+l < 1 (Appendix A.5) q is multiplied by l in the tests and in the residual:
+more drafts are accepted and the output is no longer exactly p. Block
+verification with l < 1 (l q in place of q in w, r and the residual) is this
+project's extension, inexact like token verification's.
 """
 
 import jax
@@ -76,7 +78,7 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
       and after all lengths[b] the bonus token comes from p_{lengths[b] + 1}.
 
   Returns:
-    n: [B] int32 number of accepted drafts, in 0..gamma.
+    n: [B] int32 number of accepted drafts, in 0..gamma (0..lengths[b]).
     next_token: [B] int32 the target's own token at position n + 1 (residual
       sample after a rejection, bonus sample after a clean sweep).
 
@@ -91,7 +93,7 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
   batch, gamma, vocab = q.shape
   accept_key, residual_key = jnp.moveaxis(jax.vmap(jax.random.split)(key), 1, 0)
   u = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(accept_key)  # [B, gamma] in [0, 1)
-  ratio = _ratio(drafts, q, p, lenience)
+  ratio = acceptance_ratio(drafts, q, p, lenience)
   if lengths is not None:  # q = 0 beyond a row's length: a proposal p never makes
     proposed = jnp.arange(gamma)[None, :] < lengths[:, None]
     ratio = jnp.where(proposed, ratio, 0.0)
@@ -144,9 +146,12 @@ def block_weights(ratio: jax.Array, q: jax.Array, p: jax.Array,
   return w, jnp.concatenate([h, w[:, -1:]], axis=1)
 
 
-def _ratio(drafts: jax.Array, q: jax.Array, p: jax.Array,
-           lenience: float | jax.Array) -> jax.Array:
-  """[B, gamma]: p_i(x_i) / (l q_i(x_i)) for the drafted tokens."""
+def acceptance_ratio(drafts: jax.Array, q: jax.Array, p: jax.Array,
+                     lenience: float | jax.Array = 1.0) -> jax.Array:
+  """[B, gamma]: p_i(x_i) / (l q_i(x_i)) for the drafted tokens [B, gamma].
+
+  q: [B, gamma, V]; p: [B, gamma + 1, V] (the last row is not read).
+  """
   p_x = jnp.take_along_axis(p[:, :q.shape[1]], drafts[..., None], axis=-1)[..., 0]
   q_x = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0] * lenience
   # q(x) = 0 cannot happen for a token drawn from q; if a draft proposes one

@@ -109,15 +109,19 @@ def test_joint_law_of_a_block_is_the_targets(verification, vocab, gamma, banned,
   counts = np.zeros(vocab ** (gamma + 1), np.int64)
   accepted = np.zeros(gamma + 1, np.int64)
   proposed = np.zeros(gamma + 1, np.int64)
+  short_sweeps = 0  # all of a block shorter than gamma kept: the bonus is p_{L + 1}
   for i in range(4):
-    outcome, n, lengths = _blocks(jax.random.key(i), p, q, CHUNK, verification, adaptive)
-    counts += np.bincount(np.asarray(outcome), minlength=counts.size)
-    accepted += np.bincount(np.asarray(n), minlength=gamma + 1)
-    proposed += np.bincount(np.asarray(lengths), minlength=gamma + 1)
+    outcome, n, lengths = (np.asarray(a) for a in _blocks(jax.random.key(i), p, q, CHUNK,
+                                                           verification, adaptive))
+    counts += np.bincount(outcome, minlength=counts.size)
+    accepted += np.bincount(n, minlength=gamma + 1)
+    proposed += np.bincount(lengths, minlength=gamma + 1)
+    short_sweeps += int(np.sum((n == lengths) & (lengths < gamma)))
   assert stubs.chi_square_pvalue(counts, _target_law(p, vocab, gamma)) > FALSE_POSITIVE_RATE
   if adaptive:  # every block length occurred, and rejections and acceptances
     assert np.all(proposed[1:] > 0) and accepted[0] > 0 and accepted[2:].sum() > 0, (
         proposed, accepted)
+    assert short_sweeps > 0
   else:
     assert np.all(accepted > 0)  # every n, so every residual, was exercised
 
@@ -134,8 +138,7 @@ def _exact_expected_accepted(p, q, vocab, gamma):
     prefixes = prefixes * vocab + blocks[:, i]
   p_rows.append(p[gamma][prefixes])
   q_rows, p_rows = jnp.asarray(np.stack(q_rows, 1)), jnp.asarray(np.stack(p_rows, 1))
-  ratio = speculative._ratio(  # pylint: disable=protected-access
-      jnp.asarray(blocks), q_rows, p_rows, 1.0)
+  ratio = speculative.acceptance_ratio(jnp.asarray(blocks), q_rows, p_rows)
   token = np.sum(np.cumprod(np.minimum(np.asarray(ratio), 1.0), axis=1), axis=1)
   _, h = speculative.block_weights(ratio, q_rows, p_rows)
   h = np.asarray(h, np.float64)
@@ -148,7 +151,7 @@ def _exact_expected_accepted(p, q, vocab, gamma):
 
 @pytest.mark.parametrize('seed', range(4))
 def test_block_accepts_at_least_as_many_drafts_in_expectation(seed):
-  """Sun et al., Theorem 2: E[n] of block >= E[n] of token, exactly over all blocks."""
+  """Sun et al.: E[n] of block >= E[n] of token, exactly over all blocks."""
   vocab, gamma = 5, 4
   p, q = _tables(seed, vocab, gamma, 0.2)
   token, block = _exact_expected_accepted(p, q, vocab, gamma)
@@ -166,7 +169,7 @@ def test_hand_computed_block_where_token_verification_often_stops():
   q = jnp.array([[[0.5, 0.5], [0.8, 0.2]]])
   p = jnp.array([[[0.25, 0.75], [0.4, 0.6], [0.3, 0.7]]])
   drafts = jnp.array([[0, 1]])
-  ratio = speculative._ratio(drafts, q, p, 1.0)  # pylint: disable=protected-access
+  ratio = speculative.acceptance_ratio(drafts, q, p)
   w, h = speculative.block_weights(ratio, q, p)
   np.testing.assert_allclose(w, [[1.0, 0.5, 1.0]], rtol=1e-6)
   np.testing.assert_allclose(h, [[1 / 6, 1.0]], rtol=1e-6)
@@ -185,10 +188,11 @@ def test_greedy_block_equals_token_verification():
   p = jnp.broadcast_to(jax.nn.one_hot(jnp.array([3, 1, 4, 5]), vocab), (4, 4, vocab))
   drafts = jnp.array([[3, 1, 0], [3, 1, 4], [2, 1, 4], [3, 0, 4]])
   q = jax.nn.one_hot(drafts, vocab)
-  n, y = _accept_reject(jax.random.split(jax.random.key(0), 4), drafts, q, p,
-                        verification='block')
-  np.testing.assert_array_equal(n, [2, 3, 0, 1])
-  np.testing.assert_array_equal(y, [4, 5, 3, 1])
+  for verification in speculative.VERIFICATIONS:
+    n, y = _accept_reject(jax.random.split(jax.random.key(0), 4), drafts, q, p,
+                          verification=verification)
+    np.testing.assert_array_equal(n, [2, 3, 0, 1], err_msg=verification)
+    np.testing.assert_array_equal(y, [4, 5, 3, 1], err_msg=verification)
 
 
 def test_unknown_verification_is_a_clear_error():

@@ -90,8 +90,11 @@ CASES = {
                              "verification (VERIFICATION in gin) must be one of ('token', "
                              "'block'), got 'tree'"),
     'threshold_above_1': (['--gin.CONFIDENCE_THRESHOLD=1.5'],
-                          'confidence_threshold must be None or in [0, 1], got 1.5'),
-    'verify_length_too_long': (['--gin.VERIFY_LENGTHS=[2, 9]'],
+                          'confidence_threshold (CONFIDENCE_THRESHOLD in gin) must be None or in '
+                          '[0, 1], got 1.5'),
+    'verify_lengths_without_threshold': (['--gin.VERIFY_LENGTHS=[2, 3]'],
+                                         'verify_lengths (VERIFY_LENGTHS in gin) only shortens'),
+    'verify_length_too_long': (['--gin.CONFIDENCE_THRESHOLD=0.4', '--gin.VERIFY_LENGTHS=[2, 9]'],
                                'verify_lengths must be integers in 2..gamma + 1 = 5, got [2, 9] '
                                '(VERIFY_LENGTHS in gin)'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],

@@ -150,15 +150,16 @@ def test_adaptive_draft_length_with_threshold_0_is_fixed_gamma(temperature):
   assert np.asarray(fixed.draft_histogram)[:gamma].sum() == 0
 
 
-@pytest.mark.parametrize('temperature', [0.0, 1.0])
-def test_verify_over_the_smallest_static_length_equals_the_full_call(temperature):
+@pytest.mark.parametrize('verification', ['token', 'block'])
+def test_verify_over_the_smallest_static_length_equals_the_full_call(verification):
   """Adaptive drafts verified over K in (2, 3, gamma + 1): the same outputs and counts."""
   vocab, gamma = 9, 5
   target = stubs.TableModel.random(10, vocab)
   draft = stubs.TableModel.random(11, vocab)
   run = functools.partial(_decode, target, draft, batch=3, max_len=15, gamma=gamma,
                           rng=jax.random.key(4), confidence_threshold=0.3,
-                          params=sampling.SamplingParams.create(temperature=temperature))
+                          verification=verification,
+                          params=sampling.SamplingParams.create(temperature=1.0))
   full, bucketed = run(), run(verify_lengths=(2, 3))
   for name in ('tokens', 'lengths', 'target_calls', 'draft_calls', 'accept_histogram',
                'draft_histogram'):
@@ -185,6 +186,19 @@ def test_adaptive_draft_length_stops_rows_and_stays_greedy_exact():
       np.testing.assert_array_equal(out.accept_histogram[2:], 0)
     else:
       assert drafted[1] > 0 and drafted[2:].sum() > 0, drafted
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_adaptive_draft_equal_to_target_accepts_every_proposal(temperature):
+  """Rows stop drafting at different lengths; a draft cache left behind would reject some."""
+  vocab, gamma, max_len = 9, 4, 20
+  target = stubs.TableModel.random(3, vocab)
+  out = _decode(target, target, batch=3, max_len=max_len, gamma=gamma, rng=jax.random.key(2),
+                params=sampling.SamplingParams.create(temperature=temperature), eos_id=-1,
+                confidence_threshold=0.5)
+  np.testing.assert_array_equal(out.accept_histogram, out.draft_histogram)
+  assert np.asarray(out.draft_histogram)[1:gamma].sum() > 0  # some blocks were short
+  np.testing.assert_array_equal(out.lengths, [max_len] * 3)
 
 
 @pytest.mark.parametrize('temperature', [0.0, 1.0])

@@ -102,7 +102,9 @@ def test_draft_length_experiment_compares_fixed_and_adaptive(target, tmp_path):
       verify_lengths=(2,), max_input_len=32, max_decode_len=6, repeats=1)
   rows = draft_length_sweep.draft_length_experiment(target, draft, 'nano', settings)
   assert [(r['kind'], r['gamma'], r['threshold'], r['verify_lengths']) for r in rows] == [
-      ('fixed', 2, None, None), ('adaptive', 3, 0.5, None), ('adaptive', 3, 0.5, (2, 4))]
+      ('fixed', 2, None, None), ('adaptive', 3, 0.0, None), ('adaptive', 3, 0.5, None),
+      ('adaptive', 3, 0.5, (2, 4))]
+  assert rows[1]['drafted_per_call'] == 3.0  # the control: threshold 0 never stops drafting
   for row in rows:
     assert row['identical'] == 1.0  # greedy: every decoder gives the baseline's outputs
     assert 1 <= row['tokens_per_call'] <= row['gamma'] + 1 and row['speedup'] > 0
@@ -111,7 +113,8 @@ def test_draft_length_experiment_compares_fixed_and_adaptive(target, tmp_path):
   assert rows[0]['drafted_per_call'] == 2.0
   (best,) = draft_length_sweep.summary(rows)
   assert best['best_adaptive'].startswith('adaptive <= 3, threshold 0.5')
-  assert draft_length_sweep._label(rows[2]) == 'adaptive <= 3, threshold 0.5, K in {2, 4}'  # pylint: disable=protected-access
+  label = draft_length_sweep._label(rows[3])  # pylint: disable=protected-access
+  assert label == 'adaptive <= 3, threshold 0.5, K in {2, 4}'
   md, _, png = draft_length_sweep.write_report(tmp_path, rows, notes='`the command`')
   assert 'best adaptive' in md.read_text() and png.read_bytes().startswith(PNG_MAGIC)
 

@@ -84,7 +84,8 @@ def test_greedy_speculative_equals_greedy_baseline(tmp_path, checkpoint_dir):
   # 'token', gamma drafts and gamma + 1 positions, run in the other tests): the same outputs.
   speculative = _decode(_gin_file(tmp_path, checkpoint_dir, 'decode'), f'--gin.GAMMA={GAMMA}',
                         '--gin.BATCH_SIZE=2', "--gin.VERIFICATION='block'",
-                        '--gin.CONFIDENCE_THRESHOLD=0.4', '--gin.VERIFY_LENGTHS=[2]', stdin='\n'.join(INPUTS) + '\n')
+                        '--gin.CONFIDENCE_THRESHOLD=0.4', '--gin.VERIFY_LENGTHS=[2]',
+                        stdin='\n'.join(INPUTS) + '\n')
   assert speculative.returncode == 0, speculative.stderr
   # Baseline: file to file, batches of 3.
   input_file, output_file = tmp_path / 'inputs.txt', tmp_path / 'outputs.jsonl'

@@ -17,6 +17,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from spec_decode import drafting
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode.harness import experiments
@@ -67,18 +68,19 @@ def draft_length_experiment(target: models.T5Model, draft: loading.Draft, draft_
   Returns:
     One row per (temperature, decoder): task, draft, temperature, kind
     ('fixed' or 'adaptive'), gamma (the maximum when adaptive), threshold
-    (None when fixed), verify_lengths (None: gamma + 1), verification, n, tokens_per_call and stderr (over the
-    inputs), drafted_per_call (mean drafts proposed per target call),
+    (None when fixed), verify_lengths (None: gamma + 1), verification, n,
+    tokens_per_call and stderr (over the inputs), drafted_per_call (mean
+    drafts proposed per target call),
     draft_histogram, speedup, ms_per_token, identical (the fraction of
     outputs equal to the baseline's: 1 at T = 0, exactness's check).
   """
   s = settings
+  buckets = [None, drafting.check_verify_lengths(s.verify_lengths, s.gamma_max)]
   inputs, _ = experiments.task_inputs(s.task, s.split, s.n, s.max_input_len)
-  buckets = [None]
-  if s.verify_lengths is not None:
-    buckets.append(tuple(sorted(set(s.verify_lengths) | {s.gamma_max + 1})))
-  variants = [('fixed', g, None, None) for g in s.gammas]
-  variants += [('adaptive', s.gamma_max, t, b) for b in buckets for t in s.thresholds]
+  # Threshold 0 never stops: gamma_max drafts, as fixed gamma_max, through the adaptive loop.
+  variants = [('fixed', g, None, None) for g in s.gammas] + [('adaptive', s.gamma_max, 0.0, None)]
+  variants += [('adaptive', s.gamma_max, t, b) for b in dict.fromkeys(buckets)
+               for t in s.thresholds]
   rows = []
   for temperature in s.temperatures:
     sampling = sampling_lib.SamplingParams.create(temperature)
@@ -131,12 +133,17 @@ COLUMNS: tuple[report.Column, ...] = (
 
 
 def summary(rows: Sequence[dict]) -> list[dict]:
-  """Per temperature: the best fixed gamma, the best adaptive decoder, their speedup ratio."""
+  """Per temperature: the best fixed gamma, the best adaptive decoder, their speedup ratio.
+
+  Threshold-0 decoders (the adaptive loop drafting gamma_max, a control) are
+  not candidates.
+  """
   out = []
   for temperature in sorted({r['temperature'] for r in rows}):
     group = [r for r in rows if r['temperature'] == temperature]
     fixed = max((r for r in group if r['kind'] == 'fixed'), key=lambda r: r['speedup'])
-    adaptive = max((r for r in group if r['kind'] == 'adaptive'), key=lambda r: r['speedup'])
+    adaptive = max((r for r in group if r['kind'] == 'adaptive' and r['threshold'] > 0),
+                   key=lambda r: r['speedup'])
     out.append(dict(temperature=temperature, best_fixed=_label(fixed),
                     best_fixed_speedup=fixed['speedup'], best_adaptive=_label(adaptive),
                     best_adaptive_speedup=adaptive['speedup'],
@@ -164,7 +171,7 @@ def plot(path: pathlib.Path, rows: Sequence[dict]) -> None:
             ylabel='walltime speedup (batch 1)')
     top.legend(fontsize=7)
     bottom = fig.add_subplot(2, len(temperatures), len(temperatures) + column + 1)
-    flat = [r for r in adaptive if r['verify_lengths'] is None]
+    flat = [r for r in adaptive if r['verify_lengths'] is None and r['threshold'] > 0]
     width = 0.8 / max(len(flat), 1)
     for i, r in enumerate(flat):
       histogram = np.asarray(r['draft_histogram'], float)
@@ -196,7 +203,9 @@ def write_report(out_dir: str | pathlib.Path, rows: Sequence[dict],
       f'Adaptive: at most gamma drafts; a row stops after a token its draft gave probability '
       f'below the threshold (Hugging Face\'s assistant_confidence_threshold rule); the verify '
       f'call covers gamma + 1 positions, or (K in {{...}}) the smallest K that holds the '
-      f'drafts. tokens/call ± one standard error over the '
+      f'drafts. Threshold 0 never stops drafting: the adaptive loop at gamma_max drafts, a '
+      f'control for its own cost against the fixed gamma_max loop. tokens/call ± one standard '
+      f'error over the '
       f'inputs.', best, report.markdown_table(rows, COLUMNS), f'![draft length]({paths[2].name})']
   paths[0].write_text('\n\n'.join(x for x in sections if x) + '\n', encoding='utf-8')
   report.write_csv(paths[1], rows)

@@ -101,7 +101,7 @@ def trace_speculative(target: models.T5Model, draft: models.T5Model,
     raise ValueError(f'trace_speculative takes one input [1, S], got shape {inputs.shape}')
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_cache, draft_cache = _start(target, inputs, capacity), _start(draft, inputs, capacity)
-  rng = jax.random.split(rng, 1)  # [1]: the row's stream, as decoding._row_keys.
+  rng = jax.random.split(rng, 1)  # [1]: the row's stream, as loop_utils.row_keys.
   output: list[int] = []
   iterations: list[Iteration] = []
   last = decoding.BOS_ID

@@ -6,7 +6,8 @@ Two measurements per temperature and gamma, both verifications alike
 - Tokens per target call, untimed: every input decoded `seeds` times in
   batches (each row its own key), generated tokens over the target calls the
   row took, with the standard error of that ratio over the (input, seed)
-  rows. Block verification may only raise it (Sun et al., Theorem 2).
+  rows. Block verification can only raise it in expectation (Sun et al.);
+  at T = 0 (one-hot p and q) and at gamma = 1 both rules are the same.
 - Walltime at batch 1: the first `timed_n` inputs decoded alone by the
   baseline and by speculative decoding with each verification and gamma,
   interleaved (`walltime.time_decoding`); speedup = seconds per generated
@@ -193,7 +194,9 @@ def write_report(out_dir: str | pathlib.Path, rows: Sequence[dict],
       '# Token against block verification', notes,
       f'{r["task"]}, draft {r["draft"]}. Tokens per target call: the first {r["n"]} inputs, '
       f'each decoded {r["seeds"]} times (batches, one key per row), ± one standard error of the '
-      f'ratio over those rows; block - token with the error of the difference. Speedup: the '
+      f'ratio over those rows; block - token with sqrt(s_token^2 + s_block^2), which treats the '
+      f'two as independent (they decode the same inputs with the same keys, so it overstates '
+      f'the error: at T = 0 the difference is exactly 0). Speedup: the '
       f'first {r["timed_n"]} inputs decoded alone (batch 1), seconds per generated token of '
       f'the baseline over speculative decoding\'s, interleaved in one run. At T = 0 both rules '
       f'keep the same prefix (one-hot p and q), so outputs and counts must be equal there.',

@@ -9,7 +9,7 @@ per-input fixed cost and the rest of the loop.
 """
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Hashable
 
 import jax
 import jax.numpy as jnp
@@ -136,9 +136,9 @@ def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: 
       verify_lengths=verify_lengths, eos_id=loading.EOS_ID)
 
 
-def time_decoding(decoders: dict[str, DecodeFn], encoder_input_tokens: np.ndarray,
+def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.ndarray,
                   rng: jax.Array, *, repeats: int = 3, progress: bool = False
-                  ) -> dict[str, Decoded]:
+                  ) -> dict[Hashable, Decoded]:
   """Decodes each input alone with every decoder, interleaved, timed.
 
   Input i is decoded with key fold_in(rng, i) by every decoder and in every

@@ -1,0 +1,83 @@
+"""Argument checks and small helpers shared by the decoding loops (spec_decode.decoding)."""
+
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def check_size(name: str, value: Any, minimum: int = 1) -> int:
+  """`value` as an int if it is an integer >= minimum, else ValueError naming `name`."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}')
+  return int(value)
+
+
+def cache_length(max_decode_len: int, gamma: int = 0) -> int:
+  """Positions a cache needs so that no write ever leaves its buffers.
+
+  An unfinished row writes at most up to position max_decode_len - 1 + gamma;
+  a finished row keeps stepping (batched) at its final index <= max_decode_len.
+  """
+  return max_decode_len + gamma + 1
+
+
+def split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
+  """[B] keys -> `num` arrays of [B] keys, each row split independently."""
+  split = jax.vmap(lambda k: jax.random.split(k, num))(keys)  # [B, num]
+  return [split[:, i] for i in range(num)]
+
+
+def row_keys(rng: jax.Array, batch: int) -> jax.Array:
+  """One key, or [B] keys (typed or raw uint32), -> [B] typed keys."""
+  if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.wrap_key_data(rng)
+  if rng.ndim == 0:
+    return jax.random.split(rng, batch)
+  if rng.shape != (batch,):
+    raise ValueError(f'rng must be one key or {batch} keys (one per row), got shape {rng.shape}')
+  return rng
+
+
+def check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma,
+                       max_decode_len, prompt) -> None:
+  """Raises ValueError for arguments that would decode garbage."""
+  check_size('max_decode_len', max_decode_len)
+  needed = cache_length(max_decode_len, gamma)
+  caches = {'target': target_cache} if draft_step_fn is None else {
+      'target': target_cache, 'draft': draft_cache}
+  for name, cache in caches.items():
+    if cache.capacity < needed:
+      raise ValueError(
+          f'the {name} cache holds {cache.capacity} positions but max_decode_len='
+          f'{max_decode_len} with gamma={gamma} needs {needed}: allocate it with '
+          f'cache_length(max_decode_len, gamma)')
+  batch = target_cache.batch_size
+  if draft_step_fn is not None and draft_cache.batch_size != batch:
+    raise ValueError(f'draft cache batch {draft_cache.batch_size} != target cache batch {batch}')
+  if prompt is not None:
+    if prompt.ndim != 2 or prompt.shape[0] != batch:
+      raise ValueError(f'prompt must be [batch={batch}, P], got shape {prompt.shape}')
+    if not jnp.issubdtype(prompt.dtype, jnp.integer):
+      raise ValueError(f'prompt must hold integer token ids, got {prompt.dtype}')
+    if prompt.shape[1] >= max_decode_len:
+      raise ValueError(f'prompt of length {prompt.shape[1]} does not fit max_decode_len='
+                       f'{max_decode_len}: it must be shorter, to leave room to decode')
+  if draft_step_fn is not None:
+    probe = jnp.zeros((batch, 1), jnp.int32)
+    v_p = jax.eval_shape(target_step_fn, probe, target_cache)[0].shape[-1]
+    v_q = jax.eval_shape(draft_step_fn, probe, draft_cache)[0].shape[-1]
+    if v_p != v_q:
+      raise ValueError(f'draft vocabulary size {v_q} != target vocabulary size {v_p}: speculative '
+                       'sampling compares p and q token by token, so they must share a vocabulary')
+
+
+def nonfinite_rows(logits: jax.Array) -> jax.Array:
+  """[B, ...] -> [B] bool: the row holds a NaN or an infinity.
+
+  x * 0 is 0 for a finite x and NaN otherwise; one float sum per row is a
+  vectorized reduction on XLA:CPU, where a boolean `all` over isfinite cost
+  ~10% of a greedy baseline step at batch 8 (scripts/check_finite_cost.py).
+  """
+  return jnp.isnan(jnp.sum(logits.reshape(logits.shape[0], -1) * 0.0, axis=-1))
