@@ -25,7 +25,7 @@ if [[ $small == 1 ]]; then
   pair=nano_nano
   command="bash scripts/accelerator_check.sh --small"
   xxl=(--target nano --draft nano --vocab_size 256 --dtype float32 --input_len 8
-       --max_decode_len 4 --gammas 1 --repeats 1 --num_steps 2)
+       --max_decode_len 4 --gammas 1 --block_gammas 1 --repeats 1 --num_steps 2)
   batches=(1 2)
   demo=(--target demo_target --draft demo_draft_small --vocab_size 8192 --dtype float32
         --input_len 8 --max_decode_len 2 --gammas 1 --repeats 1 --num_steps 2)
@@ -34,7 +34,7 @@ else
   pair=xxl_small
   command="bash scripts/accelerator_check.sh"
   xxl=(--target xxl --draft small --dtype bfloat16 --input_len 64 --max_decode_len 32
-       --gammas 1 2 3 5 7 --repeats 3 --num_steps 16)
+       --gammas 1 2 3 5 7 --block_gammas 3 5 7 --repeats 3 --num_steps 16)
   batches=(1 8)
   demo=(--target demo_target --draft demo_draft_small --vocab_size 8192 --dtype bfloat16
         --input_len 32 --max_decode_len 32 --repeats 3 --num_steps 16)

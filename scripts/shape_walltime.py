@@ -29,6 +29,8 @@ def main(argv=None) -> int:
   parser.add_argument('--input_len', type=int, default=defaults.input_len)
   parser.add_argument('--max_decode_len', type=int, default=defaults.max_decode_len)
   parser.add_argument('--gammas', type=int, nargs='+', default=list(defaults.gammas))
+  parser.add_argument('--block_gammas', type=int, nargs='*', default=[],
+                      help='gammas also timed with block verification (cost per iteration)')
   parser.add_argument('--alphas', type=float, nargs='+', default=list(defaults.alphas))
   parser.add_argument('--repeats', type=int, default=defaults.repeats)
   parser.add_argument('--num_steps', type=int, default=defaults.num_steps,
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
   settings = shapes.ShapeSettings(
       target=args.target, draft=args.draft, dtype=args.dtype, batch_size=args.batch_size,
       input_len=args.input_len, max_decode_len=args.max_decode_len, gammas=tuple(args.gammas),
+      block_gammas=tuple(args.block_gammas),
       alphas=tuple(args.alphas), repeats=args.repeats, num_steps=args.num_steps,
       vocab_size=args.vocab_size, model_parallel=args.model_parallel)
   result = shapes.measure_shapes(settings)

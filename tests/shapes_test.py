@@ -51,6 +51,13 @@ def test_speedup_is_eq1_over_the_measured_iteration_plus_the_catch_up():
   assert all(row['predicted'] is None for row in out['paper'] if row['gamma'] not in (2, 7))
 
 
+def test_block_verification_loops_stay_out_of_the_speedup_tables():
+  record = _record({3: 20.0})
+  record['loops'].append(dict(loop='gamma 3 block', gamma=3, verification='block',
+                              iteration_ms=1.0))
+  assert shapes.speedups(record) == shapes.speedups(_record({3: 20.0}))
+
+
 def test_a_batch_sweeps_when_any_row_does():
   one, eight = (shapes.speedups(_record({3: 20.0}, batch_size=b))['table'][0]['0.9']
                 for b in (1, 8))
@@ -61,7 +68,8 @@ def test_a_batch_sweeps_when_any_row_does():
 
 @pytest.mark.parametrize('change, message', [
     (dict(dtype='fp16'), 'dtype'), (dict(gammas=()), 'gammas'), (dict(gammas=(0, 2)), 'gammas'),
-    (dict(batch_size=0), 'batch_size'), (dict(alphas=(1.5,)), 'alpha')])
+    (dict(batch_size=0), 'batch_size'), (dict(alphas=(1.5,)), 'alpha'),
+    (dict(gammas=(1, 2), block_gammas=(3,)), 'block_gammas')])
 def test_bad_settings_are_named(change, message):
   with pytest.raises(ValueError, match=message):
     shapes.ShapeSettings(**change)
@@ -109,6 +117,8 @@ def test_accelerator_check_small_runs_without_the_absent_packages(tmp_path):
     assert text.startswith(shapes_report.ALPHA_IS_INPUT) and '(no plots: ' in text
     result = json.loads((index.parent / run / 'results.json').read_text())
     assert [row['loop'] for row in result['loops']][0] == 'baseline'
+    if run != 'demo_pair':  # block verification's loop is timed beside token verification's
+      assert [row['loop'] for row in result['loops']][-1] == 'gamma 1 block'
     # Tiny loops: their ms per iteration (loop minus the timed starts) is noise here, so only
     # that every loop ran to full length is checked.
     assert all(row['seconds'] > 0 and 1 <= row['iterations'] <= 4 for row in result['loops'])

@@ -73,6 +73,9 @@ class ShapeSettings:
     input_len: S, encoder input tokens per row.
     max_decode_len: tokens every decode produces.
     gammas: draft lengths timed.
+    block_gammas: draft lengths also timed with block verification: its cost
+      per iteration is measured; its tokens per call need real p and q, so
+      the speedup tables are token verification's.
     alphas: acceptance rates the speedup tables are given at.
     repeats: timed runs per loop (interleaved); the median is kept.
     num_steps: model calls per compiled loop when timing c and r(K).
@@ -89,6 +92,7 @@ class ShapeSettings:
   input_len: int = 64
   max_decode_len: int = 32
   gammas: tuple[int, ...] = tuple(range(1, 9))
+  block_gammas: tuple[int, ...] = ()
   alphas: tuple[float, ...] = ALPHAS
   repeats: int = 3
   num_steps: int = 16
@@ -104,6 +108,8 @@ class ShapeSettings:
       decoding.check_size(name, getattr(self, name))
     if not self.gammas or any(int(g) != g or g < 1 for g in self.gammas):
       raise ValueError(f'gammas must be integers >= 1, got {self.gammas}')
+    if any(g not in self.gammas for g in self.block_gammas):
+      raise ValueError(f'block_gammas {self.block_gammas} must be among gammas {self.gammas}')
     theory.expected_tokens(np.asarray(self.alphas), 1)  # alphas in [0, 1]
 
 
@@ -191,9 +197,12 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
   speculate = models.speculative_generate if mesh is None else sharding.speculative_generate
   loops = {'baseline': lambda: generate(target, inputs, keys, max_decode_len=length,
                                         eos_id=NO_EOS)}
-  for gamma in settings.gammas:
-    loops[f'gamma {gamma}'] = (lambda g: lambda: speculate(
-        target, draft, inputs, keys, gamma=g, max_decode_len=length, eos_id=NO_EOS))(gamma)
+  for gamma, verification in [(g, 'token') for g in settings.gammas] + [
+      (g, 'block') for g in settings.block_gammas]:
+    name = f'gamma {gamma}' + (' block' if verification == 'block' else '')
+    loops[name] = (lambda g, v: lambda: speculate(
+        target, draft, inputs, keys, gamma=g, max_decode_len=length, verification=v,
+        eos_id=NO_EOS))(gamma, verification)
 
   compile_s, outputs = {}, {}
   for name, run in progress_lib.bar(loops.items(), desc='compile', disable=not progress):
@@ -218,6 +227,7 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
     iterations = int(out.loop_target_calls)
     loop_rows.append(dict(
         loop=name, gamma=0 if name == 'baseline' else int(name.split()[1]),
+        verification='block' if name.endswith('block') else 'token',
         compile_s=compile_s[name], seconds=float(np.median(seconds)), iterations=iterations,
         sweeps=int(out.loop_draft_calls) - iterations * (0 if name == 'baseline'
                                                           else int(name.split()[1])),
@@ -256,7 +266,8 @@ def speedups(result: dict) -> dict:
     run's prediction at their alpha and gamma.
   """
   settings, steps = result['settings'], result['steps']
-  loops = {row['gamma']: row for row in result['loops']}
+  loops = {row['gamma']: row for row in result['loops']
+           if row.get('verification', 'token') == 'token'}
   token_ms = loops.pop(0)['iteration_ms']
   batch, first_ms = settings['batch_size'], steps['draft_first_ms']
   r = np.asarray(steps['r'])
