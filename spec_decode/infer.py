@@ -42,32 +42,25 @@ OUTPUT_FILE and says on stderr what the `.incomplete` file holds.
 """
 
 import functools
-import numbers
 import sys
 import time
 from typing import Any, Iterator, Sequence
 
-from etils import epath
 import jax
 import numpy as np
 import tqdm
 
 from spec_decode import checkpoints
 from spec_decode import decoding
-from spec_decode import drafting
 from spec_decode import gin_utils
+from spec_decode import infer_settings
 from spec_decode import jsonl
 from spec_decode.gin_utils import ConfigError
 from spec_decode.jsonl import EOS_ID, Example, read_examples
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
-from spec_decode import speculative
 from spec_decode.t5.config import T5Config
-
-# T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
-VOCAB_PADDING = 128
-
 
 def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           draft_config: T5Config | None = None, draft_checkpoint: str | None = None,
@@ -90,7 +83,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     target_checkpoint: its T5X, Hugging Face or orbax checkpoint.
     vocabulary: a seqio.Vocabulary (encode, decode, vocab_size) shared by both
       models, e.g. seqio.SentencePieceVocabulary; the models' vocab_size is
-      its size, or that size padded up to a multiple of VOCAB_PADDING.
+      its size, or that size padded up to a multiple of
+      infer_settings.VOCAB_PADDING.
     draft_config: the draft model M_q; None decodes with the target alone.
     draft_checkpoint: its checkpoint; given exactly when draft_config is.
     input_file: text or JSONL path, '-' for stdin.
@@ -135,13 +129,13 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   speculate = draft_config is not None or draft_checkpoint is not None
   if speculate and (draft_config is None or draft_checkpoint is None):
     raise ConfigError('a draft needs both draft_config and draft_checkpoint')
-  _check_settings(locals())
+  infer_settings.check_settings(locals())
   try:
     sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   configs = {'target': target_config, **({'draft': draft_config} if speculate else {})}
-  _check_vocabulary(vocabulary, configs)
+  infer_settings.check_vocabulary(vocabulary, configs)
   paths = {'target': target_checkpoint, 'draft': draft_checkpoint}
   for name in configs:  # Fail before reading inputs or loading the other model.
     try:
@@ -226,90 +220,6 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       generated_tokens=generated, tokens_per_s=generated / decode_s,
       tokens_per_target_call=generated / max(target_calls, 1),
       accept_histogram=histogram.tolist(), draft_histogram=drafted.tolist())
-
-
-# What each setting of `infer` must be: gin passes whatever a binding says.
-_INTEGER, _NUMBER = 'an integer', 'a number'
-_SETTINGS = {
-    'target_config': (T5Config, 'a T5Config'), 'draft_config': ((T5Config, type(None)),
-                                                                 'a T5Config or None'),
-    'target_checkpoint': (str, 'a string'), 'draft_checkpoint': ((str, type(None)),
-                                                                 'a string or None'),
-    'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
-    'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
-    'confidence_threshold': ((numbers.Real, type(None)), 'a number or None'),
-    'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
-    'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
-    **{name: (numbers.Integral, _INTEGER) for name in (
-        'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
-        'model_parallel')},
-    **{name: (numbers.Real, _NUMBER) for name in ('temperature', 'top_p', 'lenience')},
-}
-
-
-def _check_settings(settings: dict[str, Any]) -> None:
-  """Raises ConfigError naming the setting (and its gin macro) of a wrong value."""
-  for name, (types, wanted) in _SETTINGS.items():
-    value = settings[name]
-    numeric = wanted in (_INTEGER, _NUMBER)
-    if isinstance(value, types) and not (numeric and isinstance(value, bool)):
-      continue
-    hint = ''
-    if numeric and isinstance(value, str):
-      hint = f': numbers take no quotes, --gin.{name.upper()}={value}'
-    elif wanted.startswith('a string') and not isinstance(value, str):
-      hint = f': strings need quotes, --gin.{name.upper()}="\'{value}\'"'
-    raise ConfigError(f'{name} ({name.upper()} in gin) must be {wanted}, got {value!r} '
-                      f'({type(value).__name__}){hint}')
-  for name in ('batch_size', 'max_input_len', 'max_decode_len', 'gamma'):
-    if settings[name] < 1:
-      raise ConfigError(f'{name} must be an integer >= 1, got {settings[name]!r}')
-  if settings['model_parallel'] < 0:
-    raise ConfigError(f'model_parallel must be >= 0, got {settings["model_parallel"]}')
-  if not 0.0 < settings['lenience'] <= 1.0:
-    raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
-  if settings['verification'] not in speculative.VERIFICATIONS:
-    raise ConfigError(f'verification (VERIFICATION in gin) must be one of '
-                      f'{speculative.VERIFICATIONS}, got {settings["verification"]!r}')
-  threshold = settings['confidence_threshold']
-  if threshold is not None and (isinstance(threshold, bool) or not 0.0 <= threshold <= 1.0):
-    raise ConfigError(f'confidence_threshold (CONFIDENCE_THRESHOLD in gin) must be None or in '
-                      f'[0, 1], got {threshold!r}')
-  try:
-    drafting.check_verify_lengths(settings['verify_lengths'], settings['gamma'])
-  except ValueError as e:
-    raise ConfigError(f'{e} (VERIFY_LENGTHS in gin)') from None
-  if settings['verify_lengths'] is not None and threshold is None:
-    raise ConfigError('verify_lengths (VERIFY_LENGTHS in gin) only shortens the verify call of an '
-                      'adaptive draft length: set CONFIDENCE_THRESHOLD too, or drop it')
-
-
-def _check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
-  """Raises ConfigError unless the models embed exactly the vocabulary's ids (padded).
-
-  The models' vocab_size must be the vocabulary's size, or that size padded up
-  to a multiple of VOCAB_PADDING as T5X pads embeddings: a smaller vocabulary
-  decodes ids it has no pieces for, a larger one feeds ids the models lack.
-  """
-  model_file = getattr(vocabulary, 'sentencepiece_model_file', None)
-  if model_file is not None and not epath.Path(model_file).exists():
-    raise ConfigError(f'vocabulary file not found: {model_file}')
-  try:
-    size = vocabulary.vocab_size
-  except Exception as e:  # pylint: disable=broad-except; any loader error means a bad file
-    raise ConfigError(f'vocabulary file {model_file}: not a SentencePiece model '
-                      f'({type(e).__name__}: {str(e).splitlines()[0]})') from None
-  sizes = {name: config.vocab_size for name, config in configs.items()}
-  if len(set(sizes.values())) > 1:
-    raise ConfigError(f'draft vocab_size {sizes["draft"]} != target vocab_size {sizes["target"]}: '
-                      'speculative sampling needs a shared vocabulary')
-  padded = -(-size // VOCAB_PADDING) * VOCAB_PADDING
-  if not size <= sizes['target'] <= padded:
-    expected = str(size) if padded == size else f'{size}..{padded}'
-    raise ConfigError(
-        f'the vocabulary ({model_file or type(vocabulary).__name__}) has {size} ids but the '
-        f'models\' vocab_size is {sizes["target"]} (expected {expected}, the vocabulary padded '
-        f'to a multiple of {VOCAB_PADDING}): the wrong vocabulary for these models?')
 
 
 def _mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:

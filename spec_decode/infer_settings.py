@@ -1,0 +1,102 @@
+"""What each setting of `infer.infer` must be, checked before anything loads.
+
+gin passes whatever a binding says, so every setting's type and range is
+checked here, and the vocabulary against the models' embedding size; each
+failure is a ConfigError naming the setting and its gin macro.
+"""
+
+import numbers
+from typing import Any
+
+from etils import epath
+
+from spec_decode import drafting
+from spec_decode import speculative
+from spec_decode.gin_utils import ConfigError
+from spec_decode.t5.config import T5Config
+
+# T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
+VOCAB_PADDING = 128
+
+# What each setting of `infer` must be: gin passes whatever a binding says.
+_INTEGER, _NUMBER = 'an integer', 'a number'
+_SETTINGS = {
+    'target_config': (T5Config, 'a T5Config'), 'draft_config': ((T5Config, type(None)),
+                                                                 'a T5Config or None'),
+    'target_checkpoint': (str, 'a string'), 'draft_checkpoint': ((str, type(None)),
+                                                                 'a string or None'),
+    'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
+    'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
+    'confidence_threshold': ((numbers.Real, type(None)), 'a number or None'),
+    'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
+    'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
+    **{name: (numbers.Integral, _INTEGER) for name in (
+        'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
+        'model_parallel')},
+    **{name: (numbers.Real, _NUMBER) for name in ('temperature', 'top_p', 'lenience')},
+}
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+  """Raises ConfigError naming the setting (and its gin macro) of a wrong value."""
+  for name, (types, wanted) in _SETTINGS.items():
+    value = settings[name]
+    numeric = wanted in (_INTEGER, _NUMBER)
+    if isinstance(value, types) and not (numeric and isinstance(value, bool)):
+      continue
+    hint = ''
+    if numeric and isinstance(value, str):
+      hint = f': numbers take no quotes, --gin.{name.upper()}={value}'
+    elif wanted.startswith('a string') and not isinstance(value, str):
+      hint = f': strings need quotes, --gin.{name.upper()}="\'{value}\'"'
+    raise ConfigError(f'{name} ({name.upper()} in gin) must be {wanted}, got {value!r} '
+                      f'({type(value).__name__}){hint}')
+  for name in ('batch_size', 'max_input_len', 'max_decode_len', 'gamma'):
+    if settings[name] < 1:
+      raise ConfigError(f'{name} must be an integer >= 1, got {settings[name]!r}')
+  if settings['model_parallel'] < 0:
+    raise ConfigError(f'model_parallel must be >= 0, got {settings["model_parallel"]}')
+  if not 0.0 < settings['lenience'] <= 1.0:
+    raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
+  if settings['verification'] not in speculative.VERIFICATIONS:
+    raise ConfigError(f'verification (VERIFICATION in gin) must be one of '
+                      f'{speculative.VERIFICATIONS}, got {settings["verification"]!r}')
+  threshold = settings['confidence_threshold']
+  if threshold is not None and (isinstance(threshold, bool) or not 0.0 <= threshold <= 1.0):
+    raise ConfigError(f'confidence_threshold (CONFIDENCE_THRESHOLD in gin) must be None or in '
+                      f'[0, 1], got {threshold!r}')
+  try:
+    drafting.check_verify_lengths(settings['verify_lengths'], settings['gamma'])
+  except ValueError as e:
+    raise ConfigError(f'{e} (VERIFY_LENGTHS in gin)') from None
+  if settings['verify_lengths'] is not None and threshold is None:
+    raise ConfigError('verify_lengths (VERIFY_LENGTHS in gin) only shortens the verify call of an '
+                      'adaptive draft length: set CONFIDENCE_THRESHOLD too, or drop it')
+
+
+def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
+  """Raises ConfigError unless the models embed exactly the vocabulary's ids (padded).
+
+  The models' vocab_size must be the vocabulary's size, or that size padded up
+  to a multiple of VOCAB_PADDING as T5X pads embeddings: a smaller vocabulary
+  decodes ids it has no pieces for, a larger one feeds ids the models lack.
+  """
+  model_file = getattr(vocabulary, 'sentencepiece_model_file', None)
+  if model_file is not None and not epath.Path(model_file).exists():
+    raise ConfigError(f'vocabulary file not found: {model_file}')
+  try:
+    size = vocabulary.vocab_size
+  except Exception as e:  # pylint: disable=broad-except; any loader error means a bad file
+    raise ConfigError(f'vocabulary file {model_file}: not a SentencePiece model '
+                      f'({type(e).__name__}: {str(e).splitlines()[0]})') from None
+  sizes = {name: config.vocab_size for name, config in configs.items()}
+  if len(set(sizes.values())) > 1:
+    raise ConfigError(f'draft vocab_size {sizes["draft"]} != target vocab_size {sizes["target"]}: '
+                      'speculative sampling needs a shared vocabulary')
+  padded = -(-size // VOCAB_PADDING) * VOCAB_PADDING
+  if not size <= sizes['target'] <= padded:
+    expected = str(size) if padded == size else f'{size}..{padded}'
+    raise ConfigError(
+        f'the vocabulary ({model_file or type(vocabulary).__name__}) has {size} ids but the '
+        f'models\' vocab_size is {sizes["target"]} (expected {expected}, the vocabulary padded '
+        f'to a multiple of {VOCAB_PADDING}): the wrong vocabulary for these models?')
