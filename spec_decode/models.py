@@ -22,12 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import beam_search
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import drafting
 from spec_decode import drafts
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
+from spec_decode import speculative_beam
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
 
@@ -175,6 +177,49 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                                eos_id=eos_id, check_finite=check_finite)
 
 
+def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size: int,
+                  max_decode_len: int, alpha: float = 0.6,
+                  draft: 'T5Model | drafts.DraftProvider | None' = None, draft_width: int = 1,
+                  gamma: int = 3, eos_id: int = 1) -> beam_search.BeamOutput:
+  """T5X's beam search of the target, compiled; with a draft, speculative.
+
+  With a draft the beams and scores are the same (spec_decode.speculative_beam)
+  and one target call covers 1 to gamma + 1 beam steps.
+
+  Args:
+    target: the model M_p whose beam search this is.
+    encoder_input_tokens: [B, S] int32, 0 = padding.
+    beam_size: static number of beams W (T5X's num_decodes).
+    max_decode_len: static most tokens per sequence.
+    alpha: traced brevity penalty exponent (T5X's beam_search alpha).
+    draft: None, or a draft model / provider with the target's vocabulary.
+    draft_width: static paths the draft proposes from each live beam.
+    gamma: static draft steps per target call.
+    eos_id: static end-of-sequence id.
+
+  Returns:
+    beam_search.BeamOutput: tokens [B, W, max_decode_len], scores [B, W],
+    ascending (T5X's order; `.best` is the last beam).
+
+  Raises:
+    ValueError: as `generate`, and for a bad beam_size, draft_width or gamma,
+      or a draft of another vocabulary size.
+  """
+  check_inputs(encoder_input_tokens, None, target.vocab_size)
+  beam_size = decoding.check_size('beam_size', beam_size)
+  max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
+  if draft is None:
+    return _beam_generate(target, None, encoder_input_tokens, alpha, beam_size=beam_size,
+                          max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id)
+  if target.vocab_size != draft.vocab_size:
+    raise ValueError(f'draft vocab_size {draft.vocab_size} != target vocab_size '
+                     f'{target.vocab_size}: the draft proposes the target\'s tokens')
+  return _beam_generate(target, draft, encoder_input_tokens, alpha, beam_size=beam_size,
+                        max_decode_len=max_decode_len,
+                        draft_width=decoding.check_size('draft_width', draft_width),
+                        gamma=decoding.check_size('gamma', gamma), eos_id=eos_id)
+
+
 def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
                  vocab_size: int) -> None:
   """Raises ValueError for encoder inputs or a prompt the models cannot take.
@@ -234,3 +279,19 @@ def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, pr
       max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
       verification=verification, confidence_threshold=confidence_threshold,
       verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+
+
+@functools.partial(jax.jit, static_argnames=('beam_size', 'max_decode_len', 'draft_width', 'gamma',
+                                             'eos_id'))
+def _beam_generate(target, draft, encoder_input_tokens, alpha, *, beam_size, max_decode_len,
+                   draft_width, gamma, eos_id):
+  capacity = decoding.cache_length(max_decode_len, gamma)
+  target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
+  if draft is None:
+    return beam_search.beam_search(target_step_fn, target_cache, beam_size=beam_size,
+                                   max_decode_len=max_decode_len, alpha=alpha, eos_id=eos_id)
+  draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
+  return speculative_beam.speculative_beam_search(
+      target_step_fn, target_cache, draft_step_fn, draft_cache, beam_size=beam_size,
+      draft_width=draft_width, gamma=gamma, max_decode_len=max_decode_len, alpha=alpha,
+      eos_id=eos_id)

@@ -77,3 +77,49 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
   if keep.sum() < 2:
     return 1.0
   return float(stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+class PrefixModel:
+  """A toy language model whose logits depend on the whole prefix.
+
+  logits after tokens_0..t = table[h_t], h_t = (h_{t-1} * 31 + token_t + 1)
+  mod H (h_{-1} = 0). Any wrong cache row (a beam given another beam's
+  history) changes the logits, as in a real decoder.
+  """
+
+  def __init__(self, table: np.ndarray):
+    self.table = jnp.asarray(table, jnp.float32)  # [H, V]
+    self.vocab = table.shape[-1]
+    self.buckets = table.shape[0]
+
+  @classmethod
+  def random(cls, seed: int, vocab: int, buckets: int = 4099, scale: float = 2.0,
+             eos_bias: float = 0.0, eos_id: int = 1) -> 'PrefixModel':
+    table = scale * np.random.default_rng(seed).standard_normal((buckets, vocab))
+    table[:, eos_id] += eos_bias
+    return cls(table)
+
+  def init_cache(self, batch: int, capacity: int) -> cache_lib.Cache:
+    return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
+                           layers=jnp.zeros((batch, capacity), jnp.int32), capacity=capacity)
+
+  def hashes(self, history: jax.Array) -> jax.Array:
+    """[B, T] tokens -> [B, T] prefix hashes h_0..h_{T-1}."""
+    def scan(h, tok):
+      h = (h * 31 + tok + 1) % self.buckets
+      return h, h
+    return jax.lax.scan(scan, jnp.zeros(history.shape[:1], jnp.int32), history.T)[1].T
+
+  def step_fn(self, tokens: jax.Array, cache: cache_lib.Cache):
+    """tokens [B, K] -> logits [B, K, V], cache advanced by K."""
+    history = cache_lib.write(cache.layers, tokens, cache.index)  # [B, T]
+    positions = cache.index[:, None] + jnp.arange(tokens.shape[1])  # [B, K]
+    h = jnp.take_along_axis(self.hashes(history), positions, axis=1)
+    return self.table[h], cache.replace(index=cache.index + tokens.shape[1], layers=history)
+
+  def next_logits(self, prefix: tuple[int, ...]) -> np.ndarray:
+    """[V] logits after BOS + prefix (host-side)."""
+    h = 0
+    for tok in (0,) + tuple(prefix):
+      h = (h * 31 + tok + 1) % self.buckets
+    return np.asarray(self.table[h])
