@@ -30,6 +30,14 @@ with one compiled function, and writes one JSON record per example, in order:
                           (padding rows included); [target calls] without a
                           draft
 
+With DECODE = 'beam' (T5X's beam search, speculative with a draft) `output`,
+`output_ids` are the best beam's, and the record also holds
+  score                   its score, log P / ((5 + length) / 6) ** BEAM_ALPHA
+  beams                   every beam, best first: {output, output_ids, score}
+  beam_steps              beam search steps of the batch
+while target_calls and draft_calls count the batch's calls (all its rows step
+together) and batch_accept_histogram is left out.
+
 Progress and a summary (compile time apart from decode time) go to stderr.
 
 Every setting, the vocabulary, the inputs and the output path are checked
@@ -50,6 +58,7 @@ import jax
 import numpy as np
 import tqdm
 
+from spec_decode import beam_search
 from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode import gin_utils
@@ -71,7 +80,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           verify_lengths: Sequence[int] | None = None, max_input_len: int = 512,
           truncate_inputs: bool = False,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
-          model_parallel: int = 0, check_finite: bool = True) -> dict[str, Any]:
+          model_parallel: int = 0, check_finite: bool = True, decode: str = 'sample',
+          beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`. The settings, the
@@ -116,7 +126,15 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       parameters split n ways (STANDARD_RULES), the draft's replicated
       (DATA_PARALLEL_RULES), batch rows split over the data axis.
     check_finite: fail when a model returns a NaN or infinite logit, instead
-      of writing what such logits decode to.
+      of writing what such logits decode to (beam search: a NaN score).
+    decode: 'sample' (greedy or sampling, with the knobs above) or 'beam':
+      T5X's beam search of the target (spec_decode.beam_search), speculative
+      with a draft (spec_decode.speculative_beam: the same beams).
+    beam_size: beams W of decode='beam' (T5X's num_decodes).
+    beam_alpha: brevity penalty exponent of decode='beam' (T5X's alpha).
+    draft_width: decode='beam' with a draft: paths drafted from each live
+      beam (its m most likely next tokens, each continued greedily to gamma
+      tokens); one target call covers W * draft_width paths.
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -148,14 +166,18 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   if not examples:
     raise ConfigError(f'no inputs in {input_file}')
   out = jsonl.Output(output_file, input_file)
-  try:
-    summary = _run(out, examples, configs, paths, vocabulary, sampling, speculate=speculate,
-                   gamma=gamma, lenience=lenience, verification=verification,
+  if decode == 'beam':
+    options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
+                   max_decode_len=max_decode_len)
+  else:
+    options = dict(gamma=gamma, lenience=lenience, verification=verification,
                    confidence_threshold=confidence_threshold,
                    verify_lengths=None if verify_lengths is None else tuple(verify_lengths),
-                   max_decode_len=max_decode_len,
-                   batch_size=batch_size, seed=seed, model_parallel=model_parallel,
-                   check_finite=check_finite)
+                   max_decode_len=max_decode_len, check_finite=check_finite)
+  try:
+    summary = _run(out, examples, configs, paths, vocabulary, sampling, options,
+                   beam=decode == 'beam', batch_size=batch_size, seed=seed,
+                   model_parallel=model_parallel, check_finite=check_finite)
   except gin_utils.Interrupted as e:
     raise gin_utils.Interrupted(e.signum, f'{e.message}: {out.abort(len(examples))}') from None
   except OSError as e:  # A write failed, e.g. a full disk.
@@ -163,28 +185,26 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   except ConfigError as e:
     raise ConfigError(f'{e.message}; {out.abort(len(examples))}') from None
   out.close()
-  _print_summary(summary, speculate, gamma)
+  _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
 
 
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
          paths: dict[str, str | None], vocabulary: Any, sampling: sampling_lib.SamplingParams,
-         *, speculate: bool, gamma: int, lenience: float, verification: str,
-         confidence_threshold: float | None, verify_lengths: tuple[int, ...] | None,
-         max_decode_len: int, batch_size: int,
-         seed: int, model_parallel: int, check_finite: bool) -> dict[str, Any]:
-  """Loads the models, compiles, decodes every batch into `out`; returns the summary."""
+         options: dict[str, Any], *, beam: bool, batch_size: int, seed: int,
+         model_parallel: int, check_finite: bool) -> dict[str, Any]:
+  """Loads the models, compiles, decodes every batch into `out`; returns the summary.
+
+  `options` are the static keyword arguments of `_beam_decode` (beam) or
+  `_decode`.
+  """
   mesh = _mesh(model_parallel, batch_size) if model_parallel else None
   target, draft = (_load(name, configs.get(name), paths[name], mesh)
                    for name in ('target', 'draft'))
 
   input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
   batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
-  decode = jax.jit(functools.partial(_decode, gamma=gamma, lenience=lenience,
-                                     verification=verification,
-                                     confidence_threshold=confidence_threshold,
-                                     verify_lengths=verify_lengths,
-                                     max_decode_len=max_decode_len, check_finite=check_finite))
+  decode = jax.jit(functools.partial(_beam_decode if beam else _decode, **options))
   start = time.perf_counter()
   decode = decode.lower(target, draft, *batches[0][1:], sampling).compile()
   compile_s = time.perf_counter() - start
@@ -195,23 +215,30 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       start = time.perf_counter()
       result = jax.device_get(decode(target, draft, tokens, rng, sampling))
       walltime = time.perf_counter() - start
-      if result.nonfinite is not None and result.nonfinite[:len(rows)].any():
-        lines = [e.line for e, bad in zip(rows, result.nonfinite) if bad]
+      bad = (np.isnan(result.scores[:len(rows)]).any(axis=1) if beam and check_finite
+             else None if beam or result.nonfinite is None else result.nonfinite[:len(rows)])
+      if bad is not None and bad.any():
+        lines = [e.line for e, nonfinite in zip(rows, bad) if nonfinite]
         raise ConfigError(
             f'input line(s) {", ".join(map(str, lines))}: a model returned NaN or infinite '
             'logits (a checkpoint holding NaN/inf, or a compute dtype that overflows)')
       records = []
       for b, example in enumerate(rows):
-        record = _record(example, result, b, vocabulary)
-        record.update(batch=index, batch_walltime_s=round(walltime, 6),
-                      batch_accept_histogram=result.accept_histogram.tolist())
+        if beam:
+          record = _beam_record(example, result, b, vocabulary)
+          record.update(batch=index, batch_walltime_s=round(walltime, 6))
+        else:
+          record = _record(example, result, b, vocabulary)
+          record.update(batch=index, batch_walltime_s=round(walltime, 6),
+                        batch_accept_histogram=result.accept_histogram.tolist())
         records.append(record)
         generated += record['generated_tokens']
         target_calls += record['target_calls']
       out.write(records)
       decode_s += walltime
-      histogram = histogram + result.accept_histogram
-      drafted = drafted + result.draft_histogram
+      if not beam:
+        histogram = histogram + result.accept_histogram
+        drafted = drafted + result.draft_histogram
       bar.update(len(rows))
 
   return dict(
@@ -219,7 +246,7 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       compile_s=compile_s, decode_s=decode_s, examples_per_s=len(examples) / decode_s,
       generated_tokens=generated, tokens_per_s=generated / decode_s,
       tokens_per_target_call=generated / max(target_calls, 1),
-      accept_histogram=histogram.tolist(), draft_histogram=drafted.tolist())
+      accept_histogram=np.asarray(histogram).tolist(), draft_histogram=np.asarray(drafted).tolist())
 
 
 def _mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
@@ -290,6 +317,29 @@ def _record(example: Example, result: decoding.DecodeOutput, b: int,
           'output_ids': ids, 'generated_tokens': generated, 'target_calls': target_calls,
           'draft_calls': int(result.draft_calls[b]),
           'tokens_per_target_call': generated / max(target_calls, 1)}
+
+
+def _beam_decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
+                 rng: jax.Array, sampling: sampling_lib.SamplingParams, **options: Any
+                 ) -> beam_search.BeamOutput:
+  """Beam search (speculative with a draft); rng and sampling are unused."""
+  del rng, sampling
+  return models.beam_generate(target, tokens, draft=draft, eos_id=EOS_ID, **options)
+
+
+def _beam_record(example: Example, result: beam_search.BeamOutput, b: int,
+                 vocabulary: Any) -> dict[str, Any]:
+  """The output fields of row b of a batch's BeamOutput: the best beam, then all."""
+  beams = []
+  for tokens, score in zip(result.tokens[b][::-1], result.scores[b][::-1]):  # best first
+    eos = np.flatnonzero(tokens == EOS_ID)
+    ids = tokens[:eos[0] + 1 if eos.size else int(result.steps)].tolist()
+    beams.append({'output': vocabulary.decode(ids), 'output_ids': ids, 'score': float(score)})
+  calls = int(result.target_calls)
+  return {'line': example.line, **example.fields, **beams[0], 'beams': beams,
+          'generated_tokens': len(beams[0]['output_ids']), 'target_calls': calls,
+          'draft_calls': int(result.draft_calls), 'beam_steps': int(result.steps),
+          'tokens_per_target_call': len(beams[0]['output_ids']) / max(calls, 1)}
 
 
 def _print_summary(summary: dict[str, Any], speculate: bool, gamma: int) -> None:

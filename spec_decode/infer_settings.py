@@ -5,6 +5,7 @@ checked here, and the vocabulary against the models' embedding size; each
 failure is a ConfigError naming the setting and its gin macro.
 """
 
+import math
 import numbers
 from typing import Any
 
@@ -27,13 +28,15 @@ _SETTINGS = {
                                                                  'a string or None'),
     'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
     'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
+    'decode': (str, 'a string'),
     'confidence_threshold': ((numbers.Real, type(None)), 'a number or None'),
     'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
     'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
     **{name: (numbers.Integral, _INTEGER) for name in (
         'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
-        'model_parallel')},
-    **{name: (numbers.Real, _NUMBER) for name in ('temperature', 'top_p', 'lenience')},
+        'model_parallel', 'beam_size', 'draft_width')},
+    **{name: (numbers.Real, _NUMBER) for name in ('temperature', 'top_p', 'lenience',
+                                                   'beam_alpha')},
 }
 
 
@@ -51,7 +54,8 @@ def check_settings(settings: dict[str, Any]) -> None:
       hint = f': strings need quotes, --gin.{name.upper()}="\'{value}\'"'
     raise ConfigError(f'{name} ({name.upper()} in gin) must be {wanted}, got {value!r} '
                       f'({type(value).__name__}){hint}')
-  for name in ('batch_size', 'max_input_len', 'max_decode_len', 'gamma'):
+  for name in ('batch_size', 'max_input_len', 'max_decode_len', 'gamma', 'beam_size',
+               'draft_width'):
     if settings[name] < 1:
       raise ConfigError(f'{name} must be an integer >= 1, got {settings[name]!r}')
   if settings['model_parallel'] < 0:
@@ -72,6 +76,7 @@ def check_settings(settings: dict[str, Any]) -> None:
   if settings['verify_lengths'] is not None and threshold is None:
     raise ConfigError('verify_lengths (VERIFY_LENGTHS in gin) only shortens the verify call of an '
                       'adaptive draft length: set CONFIDENCE_THRESHOLD too, or drop it')
+  _check_beam(settings)
 
 
 def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
@@ -100,3 +105,26 @@ def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
         f'the vocabulary ({model_file or type(vocabulary).__name__}) has {size} ids but the '
         f'models\' vocab_size is {sizes["target"]} (expected {expected}, the vocabulary padded '
         f'to a multiple of {VOCAB_PADDING}): the wrong vocabulary for these models?')
+
+
+# Settings decode='beam' does not use, with their neutral values.
+_SAMPLING_ONLY = {'temperature': 0.0, 'top_k': 0, 'top_p': 1.0, 'lenience': 1.0,
+                  'verification': 'token', 'confidence_threshold': None,
+                  'verify_lengths': None, 'model_parallel': 0}
+
+
+def _check_beam(settings: dict[str, Any]) -> None:
+  """Raises ConfigError for a bad decode mode or a setting beam search would ignore."""
+  if settings['decode'] not in ('sample', 'beam'):
+    raise ConfigError(f"decode (DECODE in gin) must be 'sample' or 'beam', got "
+                      f"{settings['decode']!r}")
+  if not math.isfinite(settings['beam_alpha']):
+    raise ConfigError(f'beam_alpha (BEAM_ALPHA in gin) must be finite, got '
+                      f'{settings["beam_alpha"]!r}')
+  if settings['decode'] != 'beam':
+    return
+  for name, neutral in _SAMPLING_ONLY.items():
+    if settings[name] != neutral:
+      raise ConfigError(f"{name} ({name.upper()} in gin) does not apply to DECODE='beam' "
+                        f'(beam search is deterministic and runs on one device): leave it at '
+                        f'{neutral!r}, got {settings[name]!r}')

@@ -97,6 +97,12 @@ CASES = {
     'verify_length_too_long': (['--gin.CONFIDENCE_THRESHOLD=0.4', '--gin.VERIFY_LENGTHS=[2, 9]'],
                                'verify_lengths must be integers in 2..gamma + 1 = 5, got [2, 9] '
                                '(VERIFY_LENGTHS in gin)'),
+    'unknown_decode': (["--gin.DECODE='nucleus'"],
+                       "decode (DECODE in gin) must be 'sample' or 'beam', got 'nucleus'"),
+    'beam_with_temperature': (["--gin.DECODE='beam'", '--gin.TEMPERATURE=0.7'],
+                              "temperature (TEMPERATURE in gin) does not apply to DECODE='beam'"),
+    'beam_nan_logits': (["--gin.DECODE='beam'", "--gin.TARGET_CHECKPOINT='{d}/nan'"],
+                        'input line(s) 1, 2: a model returned NaN or infinite logits'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
 }

@@ -184,3 +184,25 @@ def test_vocabulary_mismatch(draft_vocab, vocabulary_size, message):
     infer.infer(target_config=t5_1_1('tiny', vocab_size=128), target_checkpoint='unused',
                 draft_config=t5_1_1('nano', vocab_size=draft_vocab), draft_checkpoint='unused',
                 vocabulary=vocabulary)
+
+
+def test_beam_search_with_and_without_a_draft(tmp_path, checkpoint_dir):
+  """DECODE='beam': the draft changes the target calls, not the beams."""
+  stdin = '\n'.join(INPUTS) + '\n'
+  plain = _decode(_gin_file(tmp_path, checkpoint_dir, 'baseline'), "--gin.DECODE='beam'",
+                  '--gin.BEAM_SIZE=3', '--gin.BATCH_SIZE=2', stdin=stdin)
+  assert plain.returncode == 0, plain.stderr
+  speculative = _decode(_gin_file(tmp_path, checkpoint_dir, 'decode'), "--gin.DECODE='beam'",
+                        '--gin.BEAM_SIZE=3', '--gin.BATCH_SIZE=2', '--gin.GAMMA=2',
+                        '--gin.DRAFT_WIDTH=2', stdin=stdin)
+  assert speculative.returncode == 0, speculative.stderr
+  plain_records, speculative_records = _records(plain.stdout), _records(speculative.stdout)
+  assert len(plain_records) == len(speculative_records) == 5
+  for p, s in zip(plain_records, speculative_records):
+    assert len(p['beams']) == 3 and p['beam_steps'] == p['target_calls']
+    assert (p['output_ids'], p['score']) == (p['beams'][0]['output_ids'], p['beams'][0]['score'])
+    assert p['beams'][0]['score'] >= p['beams'][1]['score'] >= p['beams'][2]['score']
+    assert [b['output_ids'] for b in s['beams']] == [b['output_ids'] for b in p['beams']]
+    assert [b['score'] for b in s['beams']] == pytest.approx([b['score'] for b in p['beams']],
+                                                             abs=1e-5)
+    assert s['draft_calls'] >= 2 * s['target_calls'] and p['draft_calls'] == 0
