@@ -4,9 +4,11 @@ Appendix A.4 of Leviathan et al. sketches it; this is an exact, compiled form.
 One iteration, for W live beams per batch row:
   1. Draft: from each live beam, the draft's m (`draft_width`) most likely
      next tokens, each continued greedily to gamma tokens: R = W * m paths
-     per batch row, path r extending live beam r // m. (The draft's own beam
-     search of width m per live beam covered fewer of the target's steps on
-     the bundled pair: its final paths often all share the first token.)
+     per batch row, path r extending live beam r // m. (On the bundled pair
+     this covered more of the target's steps than the draft's own beam
+     search of width m per live beam, whose final paths often share their
+     first token, or than branching at the second token too: the target's
+     next step is the one most often covered.)
   2. Verify: one target call over [B * R, gamma + 1] positions (each path's
      live beam's last token, then the path) gives the target's log-probabilities
      after every prefix of every path.
