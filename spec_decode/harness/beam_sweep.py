@@ -8,6 +8,13 @@ and timed (median of `repeats`). Per configuration:
   - target calls per output token (the best beam's tokens, EOS included) and
     per beam step; plain beam search makes one call per step;
   - walltime ratio: plain seconds over speculative seconds, summed over inputs.
+Where the time goes: each model call is timed alone inside a compiled loop
+(`step_costs.step_time`, rows = the decoder's rows, input 0 repeated): the
+plain step over [W, 1], the verify call over [W * m, gamma + 1] and a draft
+step over [W * m, 1]. `predicted_ratio` is the walltime ratio those calls
+alone would give (plain step / (target calls per step x (verify + gamma
+drafts))); `other_ms` is what an iteration took beyond its model calls
+(cache reordering, the replayed steps' top-k, the draft's top-m).
 Greedy decoding of the same inputs gives the BLEU that beam search is
 compared with.
 """
@@ -98,15 +105,19 @@ def beam_experiment(target: models.T5Model, draft: loading.Draft, draft_name: st
     same = [np.array_equal(o.tokens, p.tokens) for (_, o), (_, p) in zip(records, plain)]
     diff = max(float(np.max(np.abs(o.scores - p.scores))) for (_, o), (_, p) in
                zip(records, plain))
+    relative = max(float(np.max(np.abs(o.scores - p.scores) / np.abs(p.scores)))
+                   for (_, o), (_, p) in zip(records, plain))
     gamma, width = (0, 0) if name == 'plain' else name
     results.append(dict(
         task=s.task, draft=draft_name, decoder='plain' if name == 'plain' else 'speculative',
         gamma=gamma, draft_width=width, beam_size=s.beam_size, alpha=s.alpha, n=len(rows),
-        identical=int(sum(same)), max_score_diff=diff, calls_per_token=calls / sum(lengths),
-        calls_per_step=calls / steps, steps_per_call=steps / calls, seconds=seconds,
+        identical=int(sum(same)), max_score_diff=diff, max_relative_diff=relative, calls_per_token=calls / sum(lengths),
+        target_calls=calls, calls_per_step=calls / steps, steps_per_call=steps / calls,
+        seconds=seconds,
         ms_per_token=1e3 * seconds / sum(lengths),
         walltime_ratio=sum(t for t, _ in plain) / seconds))
 
+  _call_costs(target, draft, inputs[:1], results, s)
   greedy = [jax.device_get(models.generate(target, x, jax.random.key(0),
                                            max_decode_len=s.max_decode_len)) for x in rows]
   best = [o.tokens[0, -1, :n].tolist() for (_, o), n in zip(plain, lengths)]
@@ -118,17 +129,43 @@ def beam_experiment(target: models.T5Model, draft: loading.Draft, draft_name: st
   return results, quality
 
 
+def _call_costs(target, draft, x: np.ndarray, rows: list[dict], s: BeamSettings) -> None:
+  """Adds each decoder's model-call times, predicted ratio and other cost to its row."""
+  gamma_max = max(r['gamma'] for r in rows)
+  capacity, position = s.max_decode_len + gamma_max + 1, s.max_decode_len // 4
+  time = lambda model, rows_, k: step_costs.step_time(
+      model, np.repeat(x, rows_, axis=0), k=k, capacity=capacity, position=position)
+  plain_s = time(target, s.beam_size, 1)
+  for r in tqdm.tqdm(rows, desc='call costs'):
+    if r['decoder'] == 'plain':
+      calls_s = plain_s
+    else:
+      paths = s.beam_size * r['draft_width']
+      r['verify_ms'] = 1e3 * time(target, paths, r['gamma'] + 1)
+      r['draft_ms'] = 1e3 * time(draft, paths, 1)
+      calls_s = 1e-3 * (r['verify_ms'] + r['gamma'] * r['draft_ms'])
+    r['plain_step_ms'] = 1e3 * plain_s
+    r['predicted_ratio'] = plain_s / (r['calls_per_step'] * calls_s)
+    r['other_ms'] = 1e3 * (r['seconds'] / r['target_calls'] - calls_s)
+
+
 COLUMNS: tuple[report.Column, ...] = (
     ('decoder', lambda r: 'plain beam search' if r['decoder'] == 'plain'
      else f'speculative, gamma {r["gamma"]}, m {r["draft_width"]}'),
     ('paths per call', lambda r: '-' if r['decoder'] == 'plain'
      else f'{r["beam_size"] * r["draft_width"]} x {r["gamma"] + 1}'),
     ('identical beams', lambda r: f'{r["identical"]}/{r["n"]}'),
-    ('max score diff', lambda r: f'{r["max_score_diff"]:.1e}'),
+    ('max score diff (relative)',
+     lambda r: f'{r["max_score_diff"]:.1e} ({r["max_relative_diff"]:.0e})'),
     ('target calls / output token', lambda r: f'{r["calls_per_token"]:.3f}'),
     ('target calls / beam step', lambda r: f'{r["calls_per_step"]:.3f}'),
     ('ms / output token', lambda r: f'{r["ms_per_token"]:.2f}'),
     ('walltime ratio (plain / this)', lambda r: f'{r["walltime_ratio"]:.2f}X'),
+    ('predicted from call costs', lambda r: f'{r["predicted_ratio"]:.2f}X'),
+    ('target call ms', lambda r: f'{r["plain_step_ms"]:.2f}' if r['decoder'] == 'plain'
+     else f'{r["verify_ms"]:.2f}'),
+    ('draft call ms', lambda r: '-' if r['decoder'] == 'plain' else f'{r["draft_ms"]:.2f}'),
+    ('other ms / iteration', lambda r: f'{r["other_ms"]:.2f}'),
 )
 
 
@@ -165,7 +202,11 @@ def write_report(out_dir: str | pathlib.Path, rows: Sequence[dict], quality: dic
       f'input. m paths of gamma tokens are drafted from each live beam (its m most likely next '
       f'tokens, continued greedily); one target call scores all of them. Identical: every beam '
       f'of the input has the tokens of plain beam search. Output tokens: the best beam\'s, EOS '
-      f'included. The walltime ratio sums seconds over the inputs.',
+      f'included. The walltime ratio sums seconds over the inputs. Call costs: each model call '
+      f'timed alone in a compiled loop over the decoder\'s rows (plain: [W, 1]; verify: '
+      f'[W * m, gamma + 1]; draft: [W * m, 1]); predicted = the ratio those calls alone give; '
+      f'other = an iteration\'s time beyond its model calls (cache reordering of every row, the '
+      f'replayed steps, the draft\'s top-m).',
       report.markdown_table(rows, COLUMNS),
       f'![calls and walltime]({paths[2].name})',
       f'Quality of the best beam: {metrics}; greedy decoding of the same inputs: {greedy}.',
