@@ -10,6 +10,7 @@ from spec_decode import data
 from spec_decode import drafts
 from spec_decode import models
 from spec_decode.harness import batch_sweep
+from spec_decode.harness import beam_sweep
 from spec_decode.harness import draft_length_sweep
 from spec_decode.harness import experiments
 from spec_decode.harness import lenience_sweep
@@ -176,3 +177,22 @@ def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):
 
 def test_every_local_task_has_a_metric():
   assert set(experiments.METRICS) == set(data.LOCAL_TASKS)
+
+
+def test_beam_experiment_compares_speculative_and_plain_beam_search(target, tmp_path):
+  draft = models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(1))
+  settings = beam_sweep.BeamSettings(n=2, beam_size=2, configs=((1, 2),), max_input_len=32,
+                                     max_decode_len=6)
+  rows, quality = beam_sweep.beam_experiment(target, draft, 'nano', settings)
+  assert [(r['decoder'], r['gamma'], r['draft_width']) for r in rows] == [
+      ('plain', 0, 0), ('speculative', 1, 2)]
+  for row in rows:
+    assert row['identical'] == 2 and row['max_score_diff'] <= 1e-5
+    assert row['walltime_ratio'] > 0 and row['predicted_ratio'] > 0
+  assert rows[0]['calls_per_step'] == 1.0 and rows[1]['calls_per_step'] <= 1.0
+  assert set(quality) == {'beam', 'greedy'} and 'bleu' in quality['beam']
+  md, csv_path, png = beam_sweep.write_report(tmp_path, rows, quality, notes='`the command`')
+  assert '`the command`' in md.read_text() and md.read_text().count('\n| ') == 2 + len(rows)
+  assert png.read_bytes().startswith(PNG_MAGIC)
+  with open(csv_path) as f:
+    assert [r['decoder'] for r in csv.DictReader(f)] == ['plain', 'speculative']
