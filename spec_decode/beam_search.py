@@ -10,10 +10,13 @@ semantics to the operation:
     brevity_penalty = ((5 + length) / 6) ** alpha;
   - NEG_INF = -1e7 masks (added, not -inf), `lax.top_k` ties (lower index
     first) and T5X's ascending beam order: the best beam is the LAST one;
-  - the loop stops when no live beam can still beat a finished one (in every
-    batch row), at max_decode_len, or when no live beam is above T5X's
-    min_log_prob (-1e7, its default); rows without a finished sequence return
-    their live beams and live log-probabilities.
+  - the loop stops when, in every batch row, all beam_size finished slots are
+    filled and no live beam can still beat the worst of them; at
+    max_decode_len; or when no live beam is above T5X's min_log_prob (-1e7,
+    its default). Rows without a finished sequence return their live beams
+    and live log-probabilities. The condition is over the whole batch, so
+    with alpha < 0 (where a live beam's bound is not an upper bound) a row's
+    result can depend on the other rows, as in T5X.
 Decoder prompts (T5X's initial_index) are not supported.
 
 `beam_step` is the one step on given next-token log-probabilities; the

@@ -45,38 +45,44 @@ def _top(values, count):
 def _reference(model, *, batch, beam_size, max_len, alpha):
   """T5X's beam search written out candidate by candidate (numpy, float32).
 
-  Every batch row decodes the same (the stub ignores the encoder), so rows
-  are compared to one reference; the loop condition is T5X's over the batch.
-  Returns ([W, max_len] tokens, [W] scores) ascending.
+  The stub's rows decode differently; the loop condition is T5X's, over the
+  whole batch. Returns ([B, W, max_len] tokens, [B, W] scores) ascending, and
+  the steps taken.
   """
-  del batch
   w = beam_size
-  live = [(np.float32(0.0), ())] + [(NEG_INF, ())] * (w - 1)  # (log P, tokens), ascending
-  finished = [(NEG_INF, (), False)] * w  # (score, tokens, flag), ascending
+  live = [[(np.float32(0.0), ())] + [(NEG_INF, ())] * (w - 1) for _ in range(batch)]
+  finished = [[(NEG_INF, (), False)] * w for _ in range(batch)]  # (score, tokens, flag)
   penalty = lambda length: np.float32(((5.0 + length) / 6.0) ** np.float32(alpha))
-  for t in range(max_len):
-    best_live = live[-1][0] / penalty(max_len + 1)
-    worst = min(s for s, _, _ in finished)
-    if all(f and worst > best_live for _, _, f in finished):
+  steps = 0
+  while steps < max_len:
+    best_live = [row[-1][0] / penalty(max_len + 1) for row in live]
+    worst = [min(s for s, _, _ in row) for row in finished]
+    if all(f and worst[b] > best_live[b] for b in range(batch) for _, _, f in finished[b]):
       break
-    if t > 0 and best_live < np.float32(-1e7) / penalty(max_len + 1):
+    if steps > 0 and all(x < np.float32(-1e7) / penalty(max_len + 1) for x in best_live):
       break
-    cands = []  # (log P, tokens), in flat order beam * V + token
-    for lp, seq in live:
-      log_probs = _log_softmax(model.next_logits(seq)) + lp
-      cands += [(log_probs[v], seq + (v,)) for v in range(model.vocab)]
-    top = [cands[i] for i in _top([c[0] for c in cands], 2 * w)]
-    masked = [lp + (NEG_INF if seq[-1] == EOS else np.float32(0)) for lp, seq in top]
-    live = [(masked[i], top[i][1]) for i in _top(masked, w)][::-1]
-    new = [(lp / penalty(t + 1) + (np.float32(0) if seq[-1] == EOS else NEG_INF), seq,
-            seq[-1] == EOS) for lp, seq in top]
-    pool = finished + new
-    finished = [pool[i] for i in _top([s for s, _, _ in pool], w)][::-1]
-  beams = finished if any(f for _, _, f in finished) else [(lp, s, True) for lp, s in live]
-  tokens = np.zeros((w, max_len), np.int32)
-  for i, (_, seq, _) in enumerate(beams):
-    tokens[i, :len(seq)] = seq
-  return tokens, np.array([s for s, _, _ in beams], np.float32)
+    for b in range(batch):
+      cands = []  # (log P, tokens), in flat order beam * V + token
+      for lp, seq in live[b]:
+        log_probs = _log_softmax(model.next_logits(seq, row=b)) + lp
+        cands += [(log_probs[v], seq + (v,)) for v in range(model.vocab)]
+      top = [cands[i] for i in _top([c[0] for c in cands], 2 * w)]
+      masked = [lp + (NEG_INF if seq[-1] == EOS else np.float32(0)) for lp, seq in top]
+      live[b] = [(masked[i], top[i][1]) for i in _top(masked, w)][::-1]
+      new = [(lp / penalty(steps + 1) + (np.float32(0) if seq[-1] == EOS else NEG_INF), seq,
+              seq[-1] == EOS) for lp, seq in top]
+      pool = finished[b] + new
+      finished[b] = [pool[i] for i in _top([s for s, _, _ in pool], w)][::-1]
+    steps += 1
+  tokens = np.zeros((batch, w, max_len), np.int32)
+  scores = np.zeros((batch, w), np.float32)
+  for b in range(batch):
+    beams = finished[b] if any(f for _, _, f in finished[b]) else [
+        (lp, s, True) for lp, s in live[b]]
+    for i, (score, seq, _) in enumerate(beams):
+      tokens[b, i, :len(seq)] = seq
+      scores[b, i] = score
+  return tokens, scores, steps
 
 
 @pytest.mark.parametrize('seed,vocab,beam_size,max_len,alpha,eos_bias', [
@@ -90,11 +96,12 @@ def test_beam_search_equals_candidate_by_candidate_reference(seed, vocab, beam_s
                                                              alpha, eos_bias):
   model = stubs.PrefixModel.random(seed, vocab, eos_bias=eos_bias)
   out = _run(model.table, None, alpha, batch=2, beam_size=beam_size, max_len=max_len)
-  tokens, scores = _reference(model, batch=2, beam_size=beam_size, max_len=max_len, alpha=alpha)
-  for b in range(2):
-    np.testing.assert_array_equal(out.tokens[b], tokens)
-    np.testing.assert_allclose(out.scores[b], scores, rtol=1e-6, atol=1e-5)
-  assert int(out.target_calls) == int(out.steps)
+  tokens, scores, steps = _reference(model, batch=2, beam_size=beam_size, max_len=max_len,
+                                     alpha=alpha)
+  np.testing.assert_array_equal(out.tokens, tokens)
+  np.testing.assert_allclose(out.scores, scores, rtol=1e-6, atol=1e-5)
+  assert int(out.target_calls) == int(out.steps) == steps
+  assert not np.array_equal(tokens[0], tokens[1])  # the rows decode differently
 
 
 def test_wide_beam_finds_the_best_sequences_exhaustively():
@@ -125,8 +132,8 @@ def _draft_table(kind: str, target: stubs.PrefixModel, seed: int) -> np.ndarray:
     return table + 0.7 * np.random.default_rng(seed).standard_normal(table.shape)
   if kind == 'random':
     return 2.0 * np.random.default_rng(seed + 1).standard_normal(table.shape)
-  wrong = np.zeros_like(table)  # 'wrong': always proposes the last token, which the
-  wrong[:, -1] = 50.0           # target never ranks in its top 2W (see below)
+  wrong = np.zeros_like(table)  # 'wrong': its top tokens are the last ones, in order,
+  wrong[:, -4:] = [10.0, 20.0, 30.0, 40.0]  # which the target never ranks in its top 2W
   return wrong
 
 
@@ -142,9 +149,9 @@ def test_speculative_beam_search_equals_beam_search(kind, seed, batch, beam_size
                                                     gamma, alpha, eos_bias):
   vocab, max_len = 24, 12
   target = stubs.PrefixModel.random(seed, vocab, eos_bias=eos_bias)
-  if kind == 'wrong':  # The target's last token trails every other: never a candidate.
+  if kind == 'wrong':  # The target's last 4 tokens trail every other: never candidates.
     table = np.array(target.table)
-    table[:, -1] -= 100.0
+    table[:, -4:] -= 100.0
     target = stubs.PrefixModel(table)
   plain = _run(target.table, None, alpha, batch=batch, beam_size=beam_size, max_len=max_len)
   spec = _run(target.table, _draft_table(kind, target, seed), alpha, batch=batch,

@@ -80,12 +80,15 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
 
 
 class PrefixModel:
-  """A toy language model whose logits depend on the whole prefix.
+  """A toy language model whose logits depend on the whole prefix and the row.
 
-  logits after tokens_0..t = table[h_t], h_t = (h_{t-1} * 31 + token_t + 1)
-  mod H (h_{-1} = 0). Any wrong cache row (a beam given another beam's
-  history) changes the logits, as in a real decoder.
+  logits after tokens_0..t of batch row b = table[h_t], h_t = (h_{t-1} * 31 +
+  token_t + 1) mod H with h_{-1} = 1009 * b mod H: rows decode differently, and
+  any wrong cache row (a beam given another beam's or another row's history)
+  changes the logits, as in a real decoder.
   """
+
+  ROW_SEED = 1009
 
   def __init__(self, table: np.ndarray):
     self.table = jnp.asarray(table, jnp.float32)  # [H, V]
@@ -100,26 +103,31 @@ class PrefixModel:
     return cls(table)
 
   def init_cache(self, batch: int, capacity: int) -> cache_lib.Cache:
+    """layers: (history [B, capacity] tokens, h_{-1} [B])."""
+    start = (jnp.arange(batch, dtype=jnp.int32) * self.ROW_SEED) % self.buckets
     return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
-                           layers=jnp.zeros((batch, capacity), jnp.int32), capacity=capacity)
+                           layers=(jnp.zeros((batch, capacity), jnp.int32), start),
+                           capacity=capacity)
 
-  def hashes(self, history: jax.Array) -> jax.Array:
-    """[B, T] tokens -> [B, T] prefix hashes h_0..h_{T-1}."""
+  def hashes(self, history: jax.Array, start: jax.Array) -> jax.Array:
+    """[B, T] tokens, [B] h_{-1} -> [B, T] prefix hashes h_0..h_{T-1}."""
     def scan(h, tok):
       h = (h * 31 + tok + 1) % self.buckets
       return h, h
-    return jax.lax.scan(scan, jnp.zeros(history.shape[:1], jnp.int32), history.T)[1].T
+    return jax.lax.scan(scan, start, history.T)[1].T
 
   def step_fn(self, tokens: jax.Array, cache: cache_lib.Cache):
     """tokens [B, K] -> logits [B, K, V], cache advanced by K."""
-    history = cache_lib.write(cache.layers, tokens, cache.index)  # [B, T]
+    history, start = cache.layers
+    history = cache_lib.write(history, tokens, cache.index)  # [B, T]
     positions = cache.index[:, None] + jnp.arange(tokens.shape[1])  # [B, K]
-    h = jnp.take_along_axis(self.hashes(history), positions, axis=1)
-    return self.table[h], cache.replace(index=cache.index + tokens.shape[1], layers=history)
+    h = jnp.take_along_axis(self.hashes(history, start), positions, axis=1)
+    return self.table[h], cache.replace(index=cache.index + tokens.shape[1],
+                                        layers=(history, start))
 
-  def next_logits(self, prefix: tuple[int, ...]) -> np.ndarray:
-    """[V] logits after BOS + prefix (host-side)."""
-    h = 0
+  def next_logits(self, prefix: tuple[int, ...], row: int = 0) -> np.ndarray:
+    """[V] logits after BOS + prefix in batch row `row` (host-side)."""
+    h = row * self.ROW_SEED % self.buckets
     for tok in (0,) + tuple(prefix):
       h = (h * 31 + tok + 1) % self.buckets
     return np.asarray(self.table[h])
