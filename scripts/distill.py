@@ -8,7 +8,8 @@ r"""Writes draft distillation data: the target's outputs on training inputs.
 Each TASK:SPLIT:N takes a seeded random N examples of a local task split (all
 of it without :N) and decodes them with the target in batches, greedily or
 sampled (--temperature); outputs that reach max_decode_len without EOS are
-dropped (and counted). The
+dropped (and counted), or kept with their ids with --keep_unfinished (for
+white-box distillation only; the seqio task skips them). The
 records go to OUT_DIR/train.jsonl and OUT_DIR/validation.jsonl, which
 gin/runs/distill.gin trains a draft on (spec_decode.distill).
 """
@@ -41,6 +42,8 @@ def main() -> None:
                       help='0: greedy outputs (alpha at T = 0); 1: samples of the target (T = 1)')
   parser.add_argument('--batch_size', type=int, default=64)
   parser.add_argument('--seed', type=int, default=0, help='of the random subsets and the samples')
+  parser.add_argument('--keep_unfinished', action='store_true',
+                      help='keep outputs without EOS (white-box distillation learns their prefixes)')
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
 
@@ -50,11 +53,12 @@ def main() -> None:
     for spec in specs:
       task, source_split, n = parse_spec(spec)
       examples = distill.select_examples(task, source_split, n, seed=args.seed)
-      kept, dropped = distill.distill_examples(
+      kept, unfinished = distill.distill_examples(
           target, examples, max_input_len=args.max_input_len,
           max_decode_len=args.max_decode_len, temperature=args.temperature, seed=args.seed,
-          batch_size=args.batch_size)
-      print(f'{spec}: {len(kept)} outputs kept, {dropped} without EOS dropped', file=sys.stderr,
+          batch_size=args.batch_size, keep_unfinished=args.keep_unfinished)
+      fate = 'kept' if args.keep_unfinished else 'dropped'
+      print(f'{spec}: {len(kept)} outputs kept, {unfinished} without EOS {fate}', file=sys.stderr,
             flush=True)
       records += kept
     distill.write_split(f'{args.out_dir}/{split}.jsonl', records)

@@ -8,10 +8,14 @@ argmax agrees with the target's. Sampled outputs (temperature 1) teach the
 target's whole distribution instead, which alpha at temperature 1 rewards.
 
 `distill_examples` decodes text inputs with the target and keeps the outputs
-that end with EOS (an output cut at max_decode_len would teach the draft to
+that end with EOS (an output cut at max_decode_len would teach hard labels to
 stop where the target does not). `write_split` / `read_split` store them as
 JSON lines {"inputs", "targets", "source"}; `spec_decode.tasks.distilled_task`
 serves a folder of such splits as a seqio task to `spec_decode.train`.
+With keep_unfinished the outputs cut at max_decode_len are kept too, as
+{..., "target_ids", "finished": false}: white-box distillation learns p on
+their prefixes (the target's repetition loops are where a draft trained on
+finished outputs only disagrees at every position), the seqio task skips them.
 
 White-box distillation (`spec_decode.whitebox`) trains on the target's whole
 distributions instead, over a `Mixture` of sequences: the tasks' references,
@@ -57,8 +61,8 @@ def select_examples(task: str, split: str, n: int | None, seed: int = 0) -> list
 
 def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]], *,
                      max_input_len: int, max_decode_len: int, temperature: float = 0.0,
-                     seed: int = 0, batch_size: int = 64,
-                     progress: bool = True) -> tuple[list[dict[str, str]], int]:
+                     seed: int = 0, batch_size: int = 64, keep_unfinished: bool = False,
+                     progress: bool = True) -> tuple[list[dict[str, Any]], int]:
   """Replaces each example's targets by the target model's output.
 
   Args:
@@ -70,12 +74,15 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
       samples of p (a draft that matches the whole distribution, T = 1).
     seed: of the samples (temperature > 0).
     batch_size: decoding batch size.
+    keep_unfinished: keep the outputs that reach max_decode_len without EOS,
+      with their ids ('target_ids', no EOS) and 'finished': False.
     progress: show a progress bar.
 
   Returns:
-    (records, dropped): the examples whose output ended with EOS within
-    max_decode_len, 'targets' replaced by the output text, and how many
-    examples were dropped for running out of length.
+    (records, unfinished): the examples whose output ended with EOS within
+    max_decode_len (all of them with keep_unfinished), 'targets' replaced by
+    the output text; and how many outputs ran out of length (dropped unless
+    keep_unfinished).
   """
   # Batches of similar input length finish decoding at similar steps.
   order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
@@ -86,11 +93,16 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
       progress=progress)
   tokens, lengths = np.empty_like(sorted_tokens), np.empty_like(sorted_lengths)
   tokens[order], lengths[order] = sorted_tokens, sorted_lengths
-  records = []
+  records, unfinished = [], 0
   for example, row, length in zip(examples, tokens, lengths):
+    text = loading.detokenize(row[:length])
     if length and row[length - 1] == loading.EOS_ID:
-      records.append(dict(example, targets=loading.detokenize(row[:length])))
-  return records, len(examples) - len(records)
+      records.append(dict(example, targets=text))
+      continue
+    unfinished += 1
+    if keep_unfinished:
+      records.append(dict(example, targets=text, target_ids=row[:length].tolist(), finished=False))
+  return records, unfinished
 
 
 def write_split(path: str | pathlib.Path, records: Sequence[dict[str, str]]) -> None:
@@ -102,12 +114,13 @@ def write_split(path: str | pathlib.Path, records: Sequence[dict[str, str]]) -> 
       f.write(json.dumps(record, ensure_ascii=False) + '\n')
 
 
-def read_split(data_dir: str | pathlib.Path, split: str) -> list[dict[str, str]]:
+def read_split(data_dir: str | pathlib.Path, split: str) -> list[dict[str, Any]]:
   """The records of DATA_DIR/SPLIT.jsonl, each with string inputs and targets.
 
   Raises:
     FileNotFoundError: no such file.
-    ValueError: a line without string 'inputs' and 'targets'.
+    ValueError: a line without string 'inputs' and 'targets', or with
+      'target_ids' that are not a list of token ids.
   """
   path = pathlib.Path(data_dir) / f'{split}.jsonl'
   if not path.exists():
@@ -118,6 +131,9 @@ def read_split(data_dir: str | pathlib.Path, split: str) -> list[dict[str, str]]
       record = json.loads(line)
       if not all(isinstance(record.get(k), str) for k in ('inputs', 'targets')):
         raise ValueError(f'{path} line {number}: needs string "inputs" and "targets".')
+      ids = record.get('target_ids', [])
+      if not (isinstance(ids, list) and all(type(i) is int and i >= 0 for i in ids)):
+        raise ValueError(f'{path} line {number}: "target_ids" must be a list of token ids.')
       records.append(record)
   return records
 
@@ -203,10 +219,13 @@ class Mixture:
       sources[(self.pool[i % len(self.pool)] for i in itertools.count())] = cfg.on_policy_weight
     self.examples = _weighted(list(sources), list(sources.values()), rng)
 
-  def _tokenized(self, records: Iterator[dict[str, str]]) -> Iterator[Example]:
+  def _tokenized(self, records: Iterator[dict[str, Any]]) -> Iterator[Example]:
     for record in records:
-      yield (loading.encode(record['inputs'], self.cfg.input_buckets[-1]),
-             loading.encode(record['targets'], self.cfg.target_buckets[-1]))
+      inputs = loading.encode(record['inputs'], self.cfg.input_buckets[-1])
+      if 'target_ids' in record:  # an unfinished output: its own ids, no EOS
+        yield inputs, record['target_ids'][:self.cfg.target_buckets[-1]]
+      else:
+        yield inputs, loading.encode(record['targets'], self.cfg.target_buckets[-1])
 
   def refresh(self, draft: models.T5Model, rng: jax.Array) -> dict[str, float]:
     """Makes the pool the draft's samples for the next on_policy_samples inputs.

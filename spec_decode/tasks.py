@@ -137,7 +137,9 @@ def distilled_task(data_dir: str, name: str = 'demo_distilled') -> str:
   Raises:
     FileNotFoundError: a split file is missing.
   """
-  splits = {split: distill.read_split(data_dir, split) for split in distill.SPLITS}
+  # Unfinished outputs (keep_unfinished) would teach EOS where the target goes on.
+  splits = {split: [r for r in distill.read_split(data_dir, split) if r.get('finished', True)]
+            for split in distill.SPLITS}
   _add_task(name,
             source=_in_memory_source(splits.__getitem__, distill.SPLITS,
                                      {k: len(v) for k, v in splits.items()}),

@@ -21,6 +21,9 @@ RECORDS = [
     {'inputs': 'summarize: A tool to read files.', 'targets': 'file reader',
      'source': 'demo_debsum:train'},
 ]
+# An output that ran out of length (keep_unfinished): its ids, no EOS.
+UNFINISHED = {'inputs': 'summarize: loops', 'targets': 'RRRR', 'target_ids': [9, 9, 9, 9],
+              'finished': False, 'source': 'demo_debsum:train'}
 
 
 def test_select_examples_is_a_seeded_subset_in_file_order():
@@ -34,7 +37,8 @@ def test_select_examples_is_a_seeded_subset_in_file_order():
   assert len(distill.select_examples('demo_multi30k', 'validation', None)) == len(everything)
 
 
-def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
+def _three_outputs(monkeypatch):
+  """Stubs decoding with outputs 'Hallo Welt', one cut without EOS, and an empty one."""
   hello = loading.tokenizer().encode('Hallo Welt')
   outputs = np.zeros((3, 8), np.int32)
   outputs[0, :len(hello) + 1] = hello + [loading.EOS_ID]
@@ -50,11 +54,26 @@ def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
     return outputs[[2, 0, 1]], lengths[[2, 0, 1]]
 
   monkeypatch.setattr(acceptance, 'generate_sequences', generate_sequences)
-  examples = [dict(inputs='x' * n, targets='reference', source='s') for n in (2, 3, 1)]
+  return decoded, [dict(inputs='x' * n, targets='reference', source='s') for n in (2, 3, 1)]
+
+
+def test_distill_keeps_outputs_that_end_with_eos(monkeypatch):
+  decoded, examples = _three_outputs(monkeypatch)
   kept, dropped = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
                                            progress=False)
   assert decoded == [['x', 'xx', 'xxx']] and dropped == 1
   assert kept == [dict(inputs='xx', targets='Hallo Welt', source='s'),
+                  dict(inputs='x', targets='', source='s')]
+
+
+def test_distill_keeps_unfinished_outputs_with_their_ids_on_request(monkeypatch):
+  _, examples = _three_outputs(monkeypatch)
+  kept, unfinished = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
+                                              keep_unfinished=True, progress=False)
+  assert unfinished == 1
+  assert kept == [dict(inputs='xx', targets='Hallo Welt', source='s'),
+                  dict(inputs='xxx', targets=loading.detokenize([7] * 8), target_ids=[7] * 8,
+                       finished=False, source='s'),
                   dict(inputs='x', targets='', source='s')]
 
 
@@ -75,18 +94,22 @@ def test_distill_samples_at_the_given_temperature_and_seed(monkeypatch):
 
 
 def test_splits_round_trip_and_bad_files_are_named(tmp_path):
-  distill.write_split(tmp_path / 'd' / 'train.jsonl', RECORDS)
-  assert distill.read_split(tmp_path / 'd', 'train') == RECORDS
+  distill.write_split(tmp_path / 'd' / 'train.jsonl', RECORDS + [UNFINISHED])
+  assert distill.read_split(tmp_path / 'd', 'train') == RECORDS + [UNFINISHED]
   with pytest.raises(FileNotFoundError, match='validation.jsonl'):
     distill.read_split(tmp_path / 'd', 'validation')
   (tmp_path / 'd' / 'validation.jsonl').write_text(json.dumps({'inputs': 'x'}) + '\n')
   with pytest.raises(ValueError, match='line 1: needs string "inputs" and "targets"'):
     distill.read_split(tmp_path / 'd', 'validation')
+  (tmp_path / 'd' / 'validation.jsonl').write_text(
+      json.dumps(dict(UNFINISHED, target_ids=[9, 'R'])) + '\n')
+  with pytest.raises(ValueError, match='line 1: "target_ids" must be a list of token ids'):
+    distill.read_split(tmp_path / 'd', 'validation')
 
 
-def test_distilled_task_tokenizes_the_records(tmp_path):
+def test_distilled_task_tokenizes_the_records_and_skips_unfinished_ones(tmp_path):
   for split in distill.SPLITS:
-    distill.write_split(tmp_path / f'{split}.jsonl', RECORDS)
+    distill.write_split(tmp_path / f'{split}.jsonl', [UNFINISHED] + RECORDS)
   name = tasks.distilled_task(str(tmp_path), name='test_distilled')
   task = seqio.get_mixture_or_task(name)
   assert task.num_input_examples('train') == 2

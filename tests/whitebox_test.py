@@ -1,6 +1,7 @@
 """Tests for spec_decode.whitebox: the divergences, the data mix, a tiny run and its resumption."""
 
 import dataclasses
+import itertools
 import json
 
 import gin
@@ -14,6 +15,7 @@ from spec_decode import gin_utils
 from spec_decode import models
 from spec_decode import whitebox
 from spec_decode.gin_utils import ConfigError
+from spec_decode.harness import loading
 from spec_decode.t5.config import t5_1_1
 
 LN2 = np.log(2.0)
@@ -125,6 +127,19 @@ def test_mixture_draws_sources_by_weight():
   assert abs(share - 0.75) < 0.04
   references = [e for e in drawn if e != mixture.pool[0]]
   assert all(x[-1] == 1 and y[-1] == 1 and len(x) > 5 for x, y in references)
+
+
+def test_mixture_reads_unfinished_outputs_by_their_ids(tmp_path):
+  records = [dict(inputs='summarize: loops', targets='RRRR', target_ids=[9, 9, 9, 9],
+                  finished=False),
+             dict(inputs='translate English to German: A dog.', targets='Ein Hund.')]
+  distill.write_split(tmp_path / 'train.jsonl', records)
+  cfg = whitebox.WhiteboxConfig(tasks=(('demo_multi30k', 1.0),), distill_dir=str(tmp_path),
+                                reference_weight=0.0, distilled_weight=1.0, on_policy_weight=0.0,
+                                input_buckets=(64,), target_buckets=(64,))
+  outputs = {tuple(y) for _, y in itertools.islice(distill.Mixture(cfg, seed=0).examples, 20)}
+  # The unfinished output's own ids, no EOS added; a finished one re-encoded with EOS.
+  assert outputs == {(9, 9, 9, 9), tuple(loading.encode('Ein Hund.', 64))}
 
 
 def test_tiny_run_raises_alpha_with_on_policy_data_and_resumes(tmp_path):
