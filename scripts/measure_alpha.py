@@ -28,6 +28,20 @@ from spec_decode.harness import report
 TABLE_ORDERS = {'unigram': 1, 'bigram': 2}
 
 
+def draft_names(configs: list[str], checkpoints: list[str]) -> list[str]:
+  """A report row name per draft: its config's name, with the checkpoint where that repeats.
+
+  Raises:
+    SystemExit: the same config and checkpoint given twice.
+  """
+  stems = [pathlib.Path(spec).stem for spec in configs]
+  names = [stem if stems.count(stem) == 1 else f'{stem} ({path})'
+           for stem, path in zip(stems, checkpoints)]
+  if len(set(names)) < len(names):
+    raise SystemExit('error: a draft is given twice (same --draft_config and --draft_checkpoint)')
+  return names
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--target_config', required=True,
@@ -61,8 +75,9 @@ def main() -> None:
     parser.error('no draft: give --draft_config/--draft_checkpoint or --tables')
 
   target = loading.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
-  drafts = {pathlib.Path(spec).stem: loading.load_model(spec, path, args.vocab_size, args.dtype)
-            for spec, path in zip(args.draft_config, args.draft_checkpoint)}
+  drafts = {name: loading.load_model(spec, path, args.vocab_size, args.dtype)
+            for name, spec, path in zip(draft_names(args.draft_config, args.draft_checkpoint),
+                                        args.draft_config, args.draft_checkpoint)}
   if args.tables:
     stream = loading.target_token_stream(args.task, 'train', cache_dir=args.cache_dir)
     for name in args.tables:
