@@ -44,3 +44,10 @@ def test_main_writes_the_png(plot_training, tmp_path, monkeypatch):
   monkeypatch.setattr(sys, 'argv', ['plot_training.py', str(out), f'target={run}'])
   plot_training.main()
   assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_other_keys_plot_white_box_logs(plot_training, tmp_path):
+  run = _log(tmp_path / 'a', [{'step': 10, 'beta': 0.6, 'loss': 0.4},
+                              {'step': 0, 'eval_alpha': 0.65}, {'step': 10, 'eval_alpha': 0.7}])
+  train, evals, _ = plot_training.read_stages(run, 'beta', 'eval_alpha')
+  assert train == {10: 0.6} and evals == {0: 0.65, 10: 0.7}
