@@ -7,7 +7,7 @@ A verify call over K positions multiplies [K, d] activations by every weight
 matrix that a single step multiplies one row by. Reading the weights bounds
 both when they do not fit in the cache, so r(K) = 1 is the ideal; on XLA:CPU a
 single row is a GEMV and K >= 2 rows a GEMM (YNNPACK by default), and the
-ratio of the two is the floor under the model's r(K) (`harness.step_costs`).
+ratio of the two is most of a model's r(K) (`harness.step_costs`).
 
 One compiled loop per K multiplies by `--matrices` [d, n] float32 matrices in
 turn, `--steps` times; the loops are timed round-robin (each once per round,
