@@ -78,7 +78,8 @@ def _sorted_top_p_mask(probs, top_p):
 @pytest.mark.parametrize('vocab', [8192, 32128])
 def test_top_k_mask_equals_sorted_definition(vocab):
   rng = np.random.default_rng(vocab)
-  ks = np.array([1, 2, 40, 64, 65, 700, vocab - 1, vocab])  # both sides of the top_k cap
+  cap = sampling._TOP_K_CAP
+  ks = np.array([1, 2, 40, cap, cap + 1, 3000, vocab - 1, vocab])  # both sides of the cap
   random = rng.standard_normal((len(ks), vocab)).astype(np.float32)
   tied = rng.integers(-4, 4, size=(len(ks), vocab)).astype(np.float32)  # ties at every k
   tied[:, :vocab // 2] = -np.inf
@@ -97,16 +98,20 @@ def test_top_p_mask_equals_sorted_definition(vocab):
   rng = np.random.default_rng(vocab + 1)
   top_ps = np.array([0.05, 0.3, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0], np.float32)
   mask = jax.jit(sampling._top_p_mask)
+  paths = set()  # whether the nucleus ends among the cap's largest entries
   for scale in (8.0, 1.0):  # peaked: nuclei inside the top_k cap; flat: bisection
     logits = scale * rng.standard_normal((len(top_ps), vocab))
     tied = np.round(logits / 2)  # many equal probabilities at the boundary
     for x in (logits, tied):
       probs = np.asarray(jax.nn.softmax(jnp.asarray(x, jnp.float32), axis=-1))
+      cap_mass = np.sum(-np.sort(-probs, axis=-1)[:, :sampling._TOP_P_CAP], axis=-1)
       for p_rows in (top_ps, np.full_like(top_ps, 0.9)):
+        paths.add(bool(np.all((cap_mass >= p_rows) | (p_rows >= 1))))
         kept = np.asarray(mask(jnp.asarray(probs), jnp.asarray(p_rows)[:, None])) > 0
         expected = np.stack([_sorted_top_p_mask(row, p) | (p >= 1) for row, p in
                              zip(probs, p_rows)]) & (probs > 0)
         np.testing.assert_array_equal(kept, expected)
+  assert paths == {True, False}  # both the top values' path and the bisection ran
 
 
 @pytest.mark.parametrize('kwargs', [dict(temperature=0.0), dict(temperature=1.0, top_k=5),
