@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Issue #17's recipe on one GPU or TPU chip, as one command: the target's outputs for the training
+# inputs, white-box distillation of a bundled draft on them (TVD at T = 1), then alpha on the
+# Multi30k and Debian test sets against the draft it started from.
+#
+#   bash scripts/accelerator_distill.sh OUT_DIR [--small] [--draft draft_small|draft_large]
+#                                       [--steps N] [--batch_tokens N] [--train_seconds S]
+#
+# --train_seconds bounds the training stage: when it runs out, the last checkpoint (every 100
+# steps; every step with --small) is exported and measured, and log.jsonl says how far it got.
+# A lent device runs a command for at most 10 minutes: leave room for the other stages.
+#
+# --small runs every stage at tiny sizes (CPU, CI). On CPU the full recipe takes hours (the
+# stop-27/28 runs in docs/results/cpu_2cores/whitebox_targetdata/); on an accelerator the
+# stages print their seconds so that the next run can be sized.
+#
+# The device image has jax, flax, optax, orbax, tensorstore, sentencepiece and msgpack but
+# not gin-config or tqdm, which training and measurement import. Both are pure Python:
+#   python3 -m pip install --target build/device_site --no-deps gin-config tqdm
+# here, then carry build/device_site; this script puts it on PYTHONPATH when it exists. No
+# install: the repository is put on PYTHONPATH too. A lent device returns at most 8 files from
+# $OUT, so pack what matters, e.g. (device tool, carry ["build/device_site"], timeout_s 590):
+#   bash scripts/accelerator_distill.sh /tmp/d17 --train_seconds 300 2>&1 | tee $OUT/log.txt;
+#   tar czf $OUT/d17.tgz -C /tmp/d17 --exclude records --exclude mix .
+# (CI runs --small with the other packages the image lacks made unimportable.)
+#
+# OUT_DIR gets: records/ and mix/train.jsonl (the target's outputs), log.jsonl (training),
+# t5x/ (the distilled draft, bfloat16 T5X), alpha_multi30k/ and alpha_debsum/
+# (scripts/measure_alpha.py reports, the start draft beside the new one), seconds.txt (per
+# stage), and DONE when everything finished; without DONE it is incomplete.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD:$PWD/build/device_site${PYTHONPATH:+:$PYTHONPATH}"
+python=${PYTHON:-python3}
+
+usage() {
+  echo "usage: $0 OUT_DIR [--small] [--draft draft_small|draft_large] [--steps N]" \
+       "[--batch_tokens N] [--train_seconds S]" >&2
+  exit 2
+}
+[[ $# -ge 1 && $1 != --* ]] || usage
+out=$1; shift
+small=0; draft=draft_small; steps=""; batch_tokens=""; train_seconds=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --small) small=1; shift ;;
+    --draft) [[ ${2:-} == draft_small || ${2:-} == draft_large ]] || usage; draft=$2; shift 2 ;;
+    --steps) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; steps=$2; shift 2 ;;
+    --batch_tokens) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; batch_tokens=$2; shift 2 ;;
+    --train_seconds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; train_seconds=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+"$python" -c "import gin, tqdm" 2>/dev/null || {
+  echo "gin-config and tqdm are missing: python3 -m pip install --target build/device_site --no-deps gin-config tqdm" >&2
+  exit 2
+}
+rm -f "$out/DONE"
+mkdir -p "$out/records"
+
+if [[ $small == 1 ]]; then
+  m30k_greedy=demo_multi30k:train:24; deb_greedy=demo_debsum:train:8
+  m30k_sampled=demo_multi30k:train:16; val=demo_ende:validation:4
+  batch=8; decode_len=16; steps=${steps:-3}; batch_tokens=${batch_tokens:-512}; n_eval=4
+  checkpoint_every=1
+else
+  m30k_greedy=demo_multi30k:train; deb_greedy=demo_debsum:train:5000
+  m30k_sampled=demo_multi30k:train:15000; val=demo_ende:validation:200
+  batch=512; decode_len=64; steps=${steps:-4000}; batch_tokens=${batch_tokens:-16384}; n_eval=200
+  checkpoint_every=100
+fi
+target=(--config demo_target --checkpoint spec_decode/data/models/target)
+: > "$out/seconds.txt"
+stage() {  # name, then the command; appends "name seconds" to seconds.txt
+  local name=$1 start=$SECONDS; shift
+  echo "== $name" >&2
+  "$@"
+  echo "$name $((SECONDS - start))" | tee -a "$out/seconds.txt" >&2
+}
+
+# The target's outputs: greedy for every Multi30k training input and for Debian descriptions,
+# samples at T = 1 for part of Multi30k (as the stop-27 training file, less its smaller sets).
+stage records_greedy "$python" scripts/distill.py "${target[@]}" --max_decode_len "$decode_len" \
+  --train "$m30k_greedy" "$deb_greedy" --validation "$val" --batch_size "$batch" \
+  --keep_unfinished --out_dir "$out/records/greedy"
+stage records_sampled "$python" scripts/distill.py "${target[@]}" --max_decode_len "$decode_len" \
+  --train "$m30k_sampled" --validation "$val" --temperature 1 --seed 3 --batch_size "$batch" \
+  --out_dir "$out/records/sampled"
+mkdir -p "$out/mix"
+cat "$out/records/greedy/train.jsonl" "$out/records/sampled/train.jsonl" > "$out/mix/train.jsonl"
+cp "$out/records/greedy/validation.jsonl" "$out/mix/validation.jsonl"
+
+gin_draft=demo_${draft}
+rm -rf "$out/workdir" "$out/t5x"
+train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) to it, exporting
+  args=(scripts/whitebox.py --gin_file=runs/whitebox.gin
+    --gin_file=models/demo/target.gin --gin_file="models/demo/${draft}.gin"
+    --gin.TARGET_CONFIG="@demo_target/t5.T5Config()"
+    --gin.TARGET_CHECKPOINT="'spec_decode/data/models/target'"
+    --gin.DRAFT_CONFIG="@${gin_draft}/t5.T5Config()"
+    --gin.INIT_CHECKPOINT="'spec_decode/data/models/${draft}'" --gin.DIVERGENCE="'tvd'"
+    --gin.DISTILL_DIR="'$out/mix'" --gin.REFERENCE_WEIGHT=0.0 --gin.DISTILLED_WEIGHT=1.0
+    --gin.ON_POLICY_WEIGHT=0.0 --gin.NUM_STEPS="$1" --gin.BATCH_TOKENS="$batch_tokens"
+    --gin.LEARNING_RATE=3e-3 --gin.WORKDIR="'$out/workdir'" --gin.EXPORT_DIR="'$out/t5x'"
+    --gin.whitebox.WhiteboxConfig.eval_temperature=0.0
+    --gin.whitebox.WhiteboxConfig.eval_examples="$n_eval"
+    --gin.whitebox.WhiteboxConfig.eval_every="$(( steps > 1000 ? 1000 : steps ))"
+    --gin.whitebox.WhiteboxConfig.checkpoint_every="$checkpoint_every")
+}
+bounded_train() {  # trains for at most train_seconds, then exports the last checkpoint
+  local code=0 last
+  train_args "$steps"
+  if [[ -z $train_seconds ]]; then "$python" "${args[@]}"; return; fi
+  timeout "$train_seconds" "$python" "${args[@]}" || code=$?
+  [[ $code == 0 ]] && return
+  [[ $code == 124 ]] || exit "$code"
+  last=$(ls "$out/workdir/checkpoints" 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1 || true)
+  [[ -n $last ]] || { echo "no checkpoint within --train_seconds $train_seconds" >&2; exit 1; }
+  echo "training stopped after $train_seconds s: exporting step $last of $steps" >&2
+  train_args "$last"
+  "$python" "${args[@]}"
+}
+stage train bounded_train
+cp "$out/workdir/log.jsonl" "$out/log.jsonl"
+
+alpha() {  # task, split, report folder, temperatures...
+  local task=$1 split=$2 name=$3; shift 3
+  "$python" scripts/measure_alpha.py --target_config demo_target \
+    --target_checkpoint spec_decode/data/models/target \
+    --draft_config "$gin_draft" --draft_checkpoint "spec_decode/data/models/${draft}" \
+    --draft_config "$gin_draft" --draft_checkpoint "$out/t5x" \
+    --temperatures "$@" --task "$task" --split "$split" --n "$n_eval" \
+    --batch_size "$(( batch < 64 ? batch : 64 ))" --out_dir "$out/$name"
+}
+stage alpha_multi30k alpha demo_ende test_multi30k alpha_multi30k 0 1
+stage alpha_debsum alpha demo_debsum test alpha_debsum 0
+rm -rf "$out/workdir"
+touch "$out/DONE"
+echo "wrote $out (stages' seconds in $out/seconds.txt)" >&2

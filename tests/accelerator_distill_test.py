@@ -1,0 +1,67 @@
+"""Tests for scripts/accelerator_distill.sh: every stage at tiny sizes without the image's gaps."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# What the accelerator image lacks besides gin and tqdm, which the script takes from a carried
+# folder (build/device_site) and here from the test environment.
+ABSENT = ('seqio', 'tensorflow', 'tensorflow_datasets', 'matplotlib', 'safetensors', 'sacrebleu',
+          'rouge_score', 'torch', 'transformers')
+
+
+def _run(tmp_path, *args):
+  blocker = tmp_path / 'blocker'
+  blocker.mkdir(exist_ok=True)
+  # Imports of the absent packages fail, and probes for them (etils asks importlib.util.find_spec
+  # whether tensorflow exists) find nothing, as on the image.
+  (blocker / 'sitecustomize.py').write_text(textwrap.dedent(f'''
+      import importlib.abc, importlib.util, sys
+      _absent = lambda name: name.split('.')[0] in {ABSENT!r}
+      class _Absent(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+          if _absent(name):
+            raise ModuleNotFoundError(f'{{name}} is not installed on the accelerator image')
+          return None
+      sys.meta_path.insert(0, _Absent())
+      _find_spec = importlib.util.find_spec
+      importlib.util.find_spec = lambda name, *a, **k: None if _absent(name) else _find_spec(
+          name, *a, **k)
+  '''))
+  env = dict(os.environ, PYTHONPATH=str(blocker), PYTHON=sys.executable)
+  return subprocess.run(['bash', 'scripts/accelerator_distill.sh', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=900)
+
+
+def test_small_run_stopped_by_its_time_bound_writes_records_draft_and_alpha(tmp_path):
+  # 1,000 steps do not fit in 30 s: training stops and the last checkpoint is exported.
+  out = tmp_path / 'out'
+  done = _run(tmp_path, str(out), '--small', '--steps', '1000', '--train_seconds', '30')
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  assert 'training stopped after 30 s: exporting step ' in done.stderr
+  assert (out / 'DONE').exists() and not (out / 'workdir').exists()
+  stages = [line.split()[0] for line in (out / 'seconds.txt').read_text().splitlines()]
+  assert stages == ['records_greedy', 'records_sampled', 'train', 'alpha_multi30k',
+                    'alpha_debsum']
+  records = (out / 'mix' / 'train.jsonl').read_text().splitlines()
+  assert 24 + 8 <= len(records) <= 24 + 8 + 16  # greedy outputs all kept, unfinished samples not
+  assert all(isinstance(json.loads(r)['targets'], str) for r in records)
+  steps = [json.loads(line)['step'] for line in (out / 'log.jsonl').read_text().splitlines()
+           if 'step' in json.loads(line)]
+  last = int(done.stderr.split('exporting step ')[1].split()[0])
+  assert 1 <= last < 1000 and abs(max(steps) - last) < 10  # logged every 10 steps, saved every step
+  assert (out / 't5x' / 'checkpoint').exists()
+  for name, temperatures in (('alpha_multi30k', ['T=0', 'T=1']), ('alpha_debsum', ['T=0'])):
+    report = (out / name / 'report.md').read_text()
+    assert str(out / 't5x') in report and 'spec_decode/data/models/draft_small' in report
+    assert all(f'| {t} |' in report for t in temperatures)
+
+
+def test_bad_arguments_are_named(tmp_path):
+  done = _run(tmp_path, str(tmp_path / 'out'), '--draft', 'draft_huge')
+  assert done.returncode == 2 and 'usage:' in done.stderr
+  assert not (tmp_path / 'out').exists()
