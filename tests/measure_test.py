@@ -167,7 +167,7 @@ def test_time_decoding_and_summary(target, draft, inputs):
                                verify_measured_s=np.array([1e-3, 1.1e-3, 1.2e-3]))
   row = walltime.summarize(baseline, speculative, gamma=2, alpha=0.6, times=times)
   assert row['identical'] == 1.0
-  assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)
+  assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)  # greedy
   assert row['predicted_speedup'] == pytest.approx(
       theory.expected_tokens(0.6, 2) / (0.1 + 0.05 + 1.2))
   assert row['other_ms'] == pytest.approx(
@@ -206,6 +206,25 @@ def test_fixed_cost_is_the_intercept_and_the_loop_speedup_excludes_it():
   assert row['fixed_ms'] == pytest.approx(1e3 * 0.015 * 4 / np.sum(iterations))
   assert row['other_ms'] == pytest.approx(3.0 - 0.2 - 2.4)
   assert _decoded([5, 5], [0.1, 0.2]).fixed_s() == 0.0  # no line through one abscissa
+
+
+def test_measured_speedup_is_per_generated_token():
+  # Sampled, the speculative outputs here are shorter: 8 tokens against 10 per input at the
+  # same cost per token. A ratio of total times would call that 1.25X.
+  def decoded(tokens, seconds):
+    return walltime.Decoded(seconds=np.asarray(seconds), tokens=[[5] * t for t in tokens],
+                            iterations=np.asarray(tokens), draft_calls=np.asarray(tokens),
+                            accept_histogram=np.zeros(2, int))
+  baseline = decoded([10, 10, 20], [0.10, 0.10, 0.20])  # 10 ms per token, no fixed cost
+  speculative = decoded([8, 8, 16], [0.08, 0.08, 0.16])
+  times = step_costs.StepTimes(draft_s=1e-4, draft_first_s=2e-4,
+                               verify_measured_s=np.array([2e-3, 2.4e-3]))
+  row = walltime.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
+  assert row['measured_speedup'] == pytest.approx(1.0)
+  assert row['loop_speedup'] == pytest.approx(1.0)
+  with pytest.raises(ValueError, match='no tokens to time'):
+    walltime.summarize(baseline, decoded([0, 0, 0], [0.01, 0.01, 0.01]), gamma=1, alpha=0.7,
+                       times=times)
 
 
 def _fake_t5x(monkeypatch):

@@ -290,7 +290,9 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
     write_csv(written[-1], walltime_rows)
     chosen = [row for row in walltime_rows if row['chosen']]
     sections.append('## Walltime (Table 2)\n\nBatch 1, compile excluded, median over repeats; '
-                    'gamma from theory.best_gamma with the measured alpha, c, c_first and r(K).\n\n'
+                    'gamma from theory.best_gamma with the measured alpha, c, c_first and r(K). '
+                    'speedup: seconds per generated token of the baseline over speculative '
+                    "decoding's (sampled, the two draw outputs of different lengths).\n\n"
                     + markdown_table(chosen, WALLTIME_COLUMNS))
     sections.append(
         '### Where the time goes (ms)\n\n'

@@ -186,22 +186,34 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     times: the measured step times.
 
   Returns:
-    A flat record: speedups (measured; eq. (5) with the measured r(gamma + 1)
-    and c_first; the paper's eq. (5) with r = 1 and c alone), tokens per call
+    A flat record: speedups (measured, per generated token: sampled, the two
+    decoders draw outputs of different lengths, and a ratio of total times
+    would credit either with the tokens it happened not to draw; eq. (5) with
+    the measured r(gamma + 1) and c_first; the paper's eq. (5) with r = 1 and
+    c alone), tokens per call
     (measured, eq. (1)), the fraction of outputs identical to the baseline's,
     milliseconds per baseline token and per speculative iteration, split into
     draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
     spread over the iterations, and the rest (the loop's own work: sampling,
     the accept test, cache bookkeeping), and the speedup of the loops alone
     (fixed costs removed), which is what eq. (5) predicts.
+
+  Raises:
+    ValueError: either decoder generated no tokens.
   """
+  baseline_tokens = sum(map(len, baseline.tokens))
+  speculative_tokens = sum(map(len, speculative.tokens))
+  if not baseline_tokens or not speculative_tokens:
+    raise ValueError(f'no tokens to time: {baseline_tokens} baseline, {speculative_tokens} '
+                     'speculative')
   iterations = int(np.sum(speculative.iterations))
   iteration_ms = 1e3 * speculative.total_s / iterations
   n = len(speculative.seconds)
   baseline_fixed_s, speculative_fixed_s = baseline.fixed_s(), speculative.fixed_s()
   fixed_ms = 1e3 * speculative_fixed_s * n / iterations
-  loop_speedup = ((baseline.total_s - n * baseline_fixed_s)
-                  / (speculative.total_s - n * speculative_fixed_s))
+  length_ratio = speculative_tokens / baseline_tokens  # 1 when greedy
+  loop_speedup = length_ratio * ((baseline.total_s - n * baseline_fixed_s)
+                                 / (speculative.total_s - n * speculative_fixed_s))
   # One first draft step per iteration, the other draft calls in a run.
   draft_calls = int(np.sum(speculative.draft_calls))
   draft_ms = 1e3 * (times.draft_first_s * min(iterations, draft_calls)
@@ -210,7 +222,7 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
   token_ms = 1e3 * baseline.total_s / int(np.sum(baseline.iterations))
   return dict(
       gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
-      measured_speedup=baseline.total_s / speculative.total_s,
+      measured_speedup=length_ratio * baseline.total_s / speculative.total_s,
       loop_speedup=loop_speedup, baseline_fixed_ms=1e3 * baseline_fixed_s,
       speculative_fixed_ms=1e3 * speculative_fixed_s,
       predicted_speedup=float(theory.walltime_improvement(alpha, gamma, times.c, times.r,
