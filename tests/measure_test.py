@@ -268,8 +268,10 @@ def test_t5x_baseline_adapter_decodes_as_our_baseline(target, inputs, monkeypatc
                                   sampling=sampling_lib.SamplingParams.create(1.0, top_k=5))
 
 
-@pytest.mark.parametrize('gamma, temperature', [(0, 1.0), (4, 0.0)])
-def test_loop_work_time_runs_both_loops(gamma, temperature):
+@pytest.mark.parametrize('gamma, temperature, knobs', [
+    (0, 1.0, {}), (4, 0.0, {}), (0, 1.0, dict(top_p=0.9)),
+    (2, 1.0, dict(top_k=5, logit_scale=8.0)), (2, 1.0, dict(top_p=0.9))])
+def test_loop_work_time_runs_both_loops(gamma, temperature, knobs):
   seconds = loop_costs.loop_work_time(gamma=gamma, temperature=temperature, vocab_size=512,
-                                      max_decode_len=16, repeats=2)
+                                      max_decode_len=16, repeats=2, **knobs)
   assert 0 < seconds < 1.0

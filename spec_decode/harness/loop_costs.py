@@ -43,8 +43,9 @@ from spec_decode import theory
 from spec_decode.harness import step_costs
 
 
-def loop_work_time(*, gamma: int, temperature: float, vocab_size: int = 8192,
-                   max_decode_len: int = 64, repeats: int = 9) -> float:
+def loop_work_time(*, gamma: int, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                   logit_scale: float = 2.0, vocab_size: int = 8192, max_decode_len: int = 64,
+                   repeats: int = 9) -> float:
   """Seconds per iteration of a decoding loop whose model calls cost nothing.
 
   The step functions return fixed random logits (different ones for draft and
@@ -55,12 +56,16 @@ def loop_work_time(*, gamma: int, temperature: float, vocab_size: int = 8192,
   Args:
     gamma: draft length; 0 times the baseline loop (one target call a token).
     temperature: sampling temperature (0: greedy).
+    top_k: top-k knob (0: off).
+    top_p: top-p knob (1: off).
+    logit_scale: the logits' standard deviation: 2 spreads top-p 0.9's nucleus past
+      `lax.top_k`'s cap (its bisection runs every call), 8 keeps it among a few tokens.
     vocab_size: V of the logits.
     max_decode_len: tokens per decode (no EOS is ever drawn).
     repeats: timed decodes.
   """
   rng = np.random.default_rng(0)
-  p_logits, q_logits = (jnp.asarray(2 * rng.standard_normal(vocab_size), jnp.float32)
+  p_logits, q_logits = (jnp.asarray(logit_scale * rng.standard_normal(vocab_size), jnp.float32)
                         for _ in range(2))
 
   def free_step(logits):
@@ -73,16 +78,18 @@ def loop_work_time(*, gamma: int, temperature: float, vocab_size: int = 8192,
   capacity = decoding.cache_length(max_decode_len, gamma)
   cache = cache_lib.Cache(index=jnp.zeros((1,), jnp.int32),
                           layers=jnp.zeros((1, capacity), jnp.int32), capacity=capacity)
-  sampling = sampling_lib.SamplingParams.create(temperature)
-  common = dict(max_decode_len=max_decode_len, sampling=sampling, eos_id=-1)
+  # Traced knobs, as the decoders pass them.
+  sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
+  common = dict(max_decode_len=max_decode_len, eos_id=-1)
   if gamma:
-    decode = jax.jit(lambda key: decoding.speculative_decode(
-        free_step(p_logits), cache, free_step(q_logits), cache, gamma=gamma, rng=key, **common))
+    decode = jax.jit(lambda key, sampling: decoding.speculative_decode(
+        free_step(p_logits), cache, free_step(q_logits), cache, gamma=gamma, rng=key,
+        sampling=sampling, **common))
   else:
-    decode = jax.jit(lambda key: decoding.autoregressive_decode(
-        free_step(p_logits), cache, rng=key, **common))
-  jax.block_until_ready(decode(jax.random.key(0)))  # compile
-  seconds, out = step_costs.median_time(lambda: decode(jax.random.key(0)), repeats)
+    decode = jax.jit(lambda key, sampling: decoding.autoregressive_decode(
+        free_step(p_logits), cache, rng=key, sampling=sampling, **common))
+  jax.block_until_ready(decode(jax.random.key(0), sampling))  # compile
+  seconds, out = step_costs.median_time(lambda: decode(jax.random.key(0), sampling), repeats)
   return seconds / int(out.loop_target_calls)
 
 
