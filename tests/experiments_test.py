@@ -28,13 +28,6 @@ def target():
   return models.T5Model.random(t5_1_1('nano', vocab_size=VOCAB), jax.random.key(0))
 
 
-def test_alpha_from_histogram():
-  # gamma = 3: n accepted drafts tested min(n + 1, 3) of them.
-  assert experiments.alpha_from_histogram([2, 1, 0, 3]) == pytest.approx(10 / 13)
-  assert experiments.alpha_from_histogram([0, 5]) == 1.0
-  assert np.isnan(experiments.alpha_from_histogram([0, 0, 0]))
-
-
 def test_draft_provider_by_name(monkeypatch):
   monkeypatch.setattr(loading, 'target_token_stream',
                       lambda task, split, cache_dir=None: np.array([5, 6, 1, 5, 7, 1]))

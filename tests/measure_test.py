@@ -222,6 +222,7 @@ def test_measured_speedup_is_per_generated_token():
   row = walltime.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
   assert row['measured_speedup'] == pytest.approx(1.0)
   assert row['loop_speedup'] == pytest.approx(1.0)
+  assert np.isnan(row['loop_alpha'])  # an all-zero accept histogram tested nothing
   with pytest.raises(ValueError, match='no tokens to time'):
     walltime.summarize(baseline, decoded([0, 0, 0], [0.01, 0.01, 0.01]), gamma=1, alpha=0.7,
                        times=times)
@@ -275,3 +276,10 @@ def test_loop_work_time_runs_both_loops(gamma, temperature, knobs):
   seconds = loop_costs.loop_work_time(gamma=gamma, temperature=temperature, vocab_size=512,
                                       max_decode_len=16, repeats=2, **knobs)
   assert 0 < seconds < 1.0
+
+
+def test_alpha_from_histogram():
+  # gamma = 3: n accepted drafts tested min(n + 1, 3) of them.
+  assert walltime.alpha_from_histogram([2, 1, 0, 3]) == pytest.approx(10 / 13)
+  assert walltime.alpha_from_histogram([0, 5]) == 1.0
+  assert np.isnan(walltime.alpha_from_histogram([0, 0, 0]))

@@ -139,7 +139,7 @@ def batch_walltime_experiment(target: models.T5Model, draft: loading.Draft, draf
           batch_size=batch_size,
           baseline_tokens_per_s=base['generated'] / base['seconds'],
           speculative_tokens_per_s=spec['generated'] / spec['seconds'],
-          alpha=experiments.alpha_from_histogram(spec['accept_histogram']),
+          alpha=walltime.alpha_from_histogram(spec['accept_histogram']),
           tokens_per_call=spec['generated'] / spec['row_calls'],
           baseline_utilisation=base['row_calls'] / (batch_size * base['loop_calls']),
           speculative_utilisation=spec['row_calls'] / (batch_size * spec['loop_calls']),

@@ -5,8 +5,8 @@ alpha on the inputs, chooses gamma by eq. (5) with the measured r and
 c_first, times the baseline and speculative decoding at batch 1, and scores
 both outputs (BLEU or ROUGE). Its records feed `report.write_report`. The
 draft is a T5Model or any provider of `spec_decode.drafts` (`draft_provider`
-builds one by name); `task_inputs`, `output_quality` and `alpha_from_histogram` are
-shared with the lenience and batch sweeps.
+builds one by name); `task_inputs` and `output_quality` are shared with the lenience
+and batch sweeps.
 """
 
 import dataclasses
@@ -55,24 +55,6 @@ def draft_provider(kind: str, vocab_size: int, task: str = 'demo_ende',
   if kind == 'uniform':
     return drafts.UniformDraft(vocab_size)
   raise ValueError(f'unknown draft kind {kind!r}; expected one of {DRAFT_KINDS}')
-
-
-def alpha_from_histogram(accept_histogram: Sequence[int]) -> float:
-  """alpha estimated from the loop's accept histogram.
-
-  An iteration that accepted n of gamma drafts tested min(n + 1, gamma) of
-  them (those after the first rejection never reach the test) and accepted n.
-  Under eq. (1)'s i.i.d. model each tested draft is accepted with probability
-  alpha, so accepted / tested is its maximum-likelihood estimate (accepted /
-  proposed would count the untested drafts as rejections and is biased low).
-
-  Args:
-    accept_histogram: [gamma + 1] counts of iterations that accepted 0..gamma.
-  """
-  histogram = np.asarray(accept_histogram, np.float64)
-  n = np.arange(len(histogram))
-  tested = np.sum(histogram * np.minimum(n + 1, len(histogram) - 1))
-  return float(np.sum(histogram * n) / tested) if tested else float('nan')
 
 
 def task_inputs(task: str, split: str, n: int, max_input_len: int

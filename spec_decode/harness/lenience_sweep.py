@@ -100,7 +100,7 @@ def lenience_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   rows = []
   for l in s.lenience:
     out = decoded[f'l={l:g}']
-    alpha = experiments.alpha_from_histogram(out.accept_histogram)
+    alpha = walltime.alpha_from_histogram(out.accept_histogram)
     row = dict(task=s.task, draft=draft_name, temperature=s.temperature, gamma=s.gamma,
                lenience=l, exact=l == 1.0, alpha=alpha, tokens_per_call=out.tokens_per_call,
                expected_tokens_per_call=float(theory.expected_tokens(alpha, s.gamma)),
@@ -122,7 +122,7 @@ def write_lenience_report(out_dir: str | pathlib.Path, rows: Sequence[dict],
   r = rows[0]
   sections = ['# Lenience (Table 5, Appendix A.5)', notes,
               f'{r["task"]}, draft {r["draft"]}, T = {r["temperature"]:g}, gamma = {r["gamma"]}, '
-              'batch 1. alpha = accepted / tested drafts (`experiments.alpha_from_histogram`); '
+              'batch 1. alpha = accepted / tested drafts (`walltime.alpha_from_histogram`); '
               'speedup = seconds per token of the baseline / of speculative decoding.',
               report.markdown_table(rows, LENIENCE_COLUMNS), f'**Exactness.** {LENIENCE_CAVEAT}']
   paths = [out / 'lenience.md', out / 'lenience.csv']

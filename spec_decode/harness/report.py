@@ -115,7 +115,8 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('draft', lambda r: r['draft']),
     ('sampling', knobs_label),
     ('gamma', lambda r: str(r['gamma'])),
-    ('alpha', lambda r: f'{r["alpha"]:.3f}'),
+    ('alpha (in the loop)', lambda r: f'{r["alpha"]:.3f}' + (
+        f' ({r["loop_alpha"]:.3f})' if 'loop_alpha' in r else '')),
     ('c (first)', lambda r: f'{r["c"]:.3f} ({r["c_first"]:.3f})'),
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
     ('predicted (r, c_first)', lambda r: f'{r["predicted_speedup"]:.2f}X'),

@@ -9,7 +9,7 @@ per-input fixed cost and the rest of the loop.
 """
 
 import dataclasses
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +70,24 @@ class Decoded:
       return 0.0
     _, intercept = np.polyfit(self.iterations.astype(float), self.seconds, 1)
     return float(np.clip(intercept, 0.0, np.min(self.seconds)))
+
+
+def alpha_from_histogram(accept_histogram: Sequence[int]) -> float:
+  """alpha estimated from the loop's accept histogram.
+
+  An iteration that accepted n of gamma drafts tested min(n + 1, gamma) of
+  them (those after the first rejection never reach the test) and accepted n.
+  Under eq. (1)'s i.i.d. model each tested draft is accepted with probability
+  alpha, so accepted / tested is its maximum-likelihood estimate (accepted /
+  proposed would count the untested drafts as rejections and is biased low).
+
+  Args:
+    accept_histogram: [gamma + 1] counts of iterations that accepted 0..gamma.
+  """
+  histogram = np.asarray(accept_histogram, np.float64)
+  n = np.arange(len(histogram))
+  tested = np.sum(histogram * np.minimum(n + 1, len(histogram) - 1))
+  return float(np.sum(histogram * n) / tested) if tested else float('nan')
 
 
 def baseline_decoder(target: models.T5Model, *, max_decode_len: int,
@@ -186,7 +204,8 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     times: the measured step times.
 
   Returns:
-    A flat record: speedups (measured, per generated token: sampled, the two
+    A flat record: alpha as given and as the loop accepted its drafts
+    (`alpha_from_histogram`), speedups (measured, per generated token: sampled, the two
     decoders draw outputs of different lengths, and a ratio of total times
     would credit either with the tokens it happened not to draw; eq. (5) with
     the measured r(gamma + 1) and c_first; the paper's eq. (5) with r = 1 and
@@ -230,6 +249,7 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
       predicted_speedup_eq5=float(theory.walltime_improvement(alpha, gamma, times.c)),
       tokens_per_call=speculative.tokens_per_call,
       expected_tokens_per_call=float(theory.expected_tokens(alpha, gamma)),
+      loop_alpha=alpha_from_histogram(speculative.accept_histogram),
       identical=float(np.mean([b == s for b, s in zip(baseline.tokens, speculative.tokens)])),
       baseline_s=baseline.total_s, speculative_s=speculative.total_s,
       baseline_token_ms=token_ms, target_step_ms=1e3 * times.target_s,
