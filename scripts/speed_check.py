@@ -46,7 +46,7 @@ def main() -> None:
   parser.add_argument('--lengths', type=int, nargs=2, default=[1, 40],
                       help='the two output lengths L of the cost line')
   parser.add_argument('--repeats', type=int, default=3)
-  parser.add_argument('--alphas', type=float, nargs=4, default=[0.70, 0.62, 0.62, 0.62],
+  parser.add_argument('--alphas', type=float, nargs=4, default=[0.702, 0.621, 0.662, 0.675],
                       metavar=('T0', 'T1', 'TOPK', 'TOPP'),
                       help='acceptance rates per knob for the predicted speedup (the demo '
                            'measures them)')
