@@ -17,7 +17,7 @@
 # The device image has jax, flax, optax, orbax, tensorstore, sentencepiece and msgpack but
 # not gin-config or tqdm, which training and measurement import. Both are pure Python:
 #   python3 -m pip install --target build/device_site --no-deps gin-config tqdm
-# here, then carry build/device_site; this script puts it on PYTHONPATH when it exists. No
+# here, then carry build/device_site; this script puts it on PYTHONPATH. No
 # install: the repository is put on PYTHONPATH too. A lent device returns at most 8 files from
 # $OUT, so pack what matters, e.g. (device tool, carry ["build/device_site"], timeout_s 590):
 #   bash scripts/accelerator_distill.sh /tmp/d17 --train_seconds 300 2>&1 | tee $OUT/log.txt;
@@ -29,7 +29,9 @@
 # (scripts/measure_alpha.py reports, the start draft beside the new one), seconds.txt (per
 # stage), and DONE when everything finished; without DONE it is incomplete.
 set -euo pipefail
+[[ $# -ge 1 && $1 != --* ]] && out_arg=$(realpath -m "$1") || out_arg=""  # before the cd
 cd "$(dirname "$0")/.."
+# build/device_site is on the path whether or not it exists (a missing folder is skipped).
 export PYTHONPATH="$PWD:$PWD/build/device_site${PYTHONPATH:+:$PYTHONPATH}"
 python=${PYTHON:-python3}
 
@@ -38,8 +40,8 @@ usage() {
        "[--batch_tokens N] [--train_seconds S]" >&2
   exit 2
 }
-[[ $# -ge 1 && $1 != --* ]] || usage
-out=$1; shift
+[[ -n $out_arg ]] || usage
+out=$out_arg; shift
 small=0; draft=draft_small; steps=""; batch_tokens=""; train_seconds=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -111,12 +113,13 @@ bounded_train() {  # trains for at most train_seconds, then exports the last che
   local code=0 last
   train_args "$steps"
   if [[ -z $train_seconds ]]; then "$python" "${args[@]}"; return; fi
-  timeout "$train_seconds" "$python" "${args[@]}" || code=$?
+  timeout -k 30 "$train_seconds" "$python" "${args[@]}" || code=$?
   [[ $code == 0 ]] && return
   [[ $code == 124 ]] || exit "$code"
   last=$(ls "$out/workdir/checkpoints" 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1 || true)
   [[ -n $last ]] || { echo "no checkpoint within --train_seconds $train_seconds" >&2; exit 1; }
   echo "training stopped after $train_seconds s: exporting step $last of $steps" >&2
+  rm -rf "$out/t5x"  # an export the stop cut short (whitebox.train wants an empty folder)
   train_args "$last"
   "$python" "${args[@]}"
 }

@@ -14,8 +14,10 @@ probabilities of its distribution at `--temperature` sum to less than `--top_p`.
 It then times, on this machine, `lax.top_k` for each k and the bisection over
 one row (a draft step) and gamma + 1 rows (a verify call) of the vocabulary,
 round-robin, and prints what each k as the cap would cost per speculative
-iteration: gamma one-row calls and one (gamma + 1)-row call, each paying the
-bisection when any of its rows needs it (shares of draft and target as above).
+iteration: gamma one-row calls, each paying the bisection as often as the
+draft's positions need it, and one (gamma + 1)-row call, paying it as often as
+any of gamma + 1 consecutive positions of the target needs it (neighbouring
+positions are not independent).
 """
 
 import argparse
@@ -31,9 +33,24 @@ from spec_decode import sampling
 from spec_decode.harness import loading
 
 
-def positions_beyond(model, examples, *, temperature: float, top_p: float,
-                     caps: list[int]) -> tuple[int, dict[int, int]]:
-  """Positions, and per cap how many have less than top_p in their `cap` largest probabilities."""
+def positions_beyond(model, examples, *, temperature: float, top_p: float, caps: list[int],
+                     window: int) -> tuple[dict[int, float], dict[int, float]]:
+  """How often the nucleus reaches past each cap: per position, and per verify window.
+
+  Args:
+    model: a T5Model, run teacher-forced on each example's reference.
+    examples: dicts with 'inputs' and 'targets' texts.
+    temperature: T of the adjusted distributions (> 0).
+    top_p: the nucleus' mass.
+    caps: the numbers k of largest probabilities to test.
+    window: positions per verify call (gamma + 1); a call bisects when any of them needs
+      it, so windows of consecutive positions count, not independent ones.
+
+  Returns:
+    Two dicts cap -> share: of positions whose `cap` largest probabilities hold less
+    than top_p, and of windows (every run of `window` consecutive positions of an output,
+    or the whole output where it is shorter) holding such a position.
+  """
   params = sampling.SamplingParams.create(temperature=temperature)
 
   @jax.jit
@@ -42,17 +59,23 @@ def positions_beyond(model, examples, *, temperature: float, top_p: float,
     probs = sampling.adjust(step_fn(decoder_input_tokens, cache)[0], params)[0]  # [L, V]
     return jnp.cumsum(jax.lax.top_k(probs, max(caps))[0], axis=-1)  # [L, max cap]
 
-  total, beyond = 0, {cap: 0 for cap in caps}
+  positions = windows = 0
+  beyond, windows_beyond = {cap: 0 for cap in caps}, {cap: 0 for cap in caps}
   for example in examples:
     inputs = loading.encode_texts([example['inputs']], 256)
     outputs = loading.encode(example['targets'], 256)
     shifted = np.zeros((1, -(-len(outputs) // 16) * 16), np.int32)  # few shapes to compile
     shifted[0, 1:len(outputs)] = outputs[:-1]  # BOS = 0, then the reference
     mass = np.asarray(top_mass(jnp.asarray(inputs), jnp.asarray(shifted)))[:len(outputs)]
-    total += len(outputs)
+    starts = range(max(len(outputs) - window + 1, 1))
+    positions += len(outputs)
+    windows += len(starts)
     for cap in caps:
-      beyond[cap] += int(np.sum(mass[:, cap - 1] < top_p))
-  return total, beyond
+      past = mass[:, cap - 1] < top_p  # [L]
+      beyond[cap] += int(np.sum(past))
+      windows_beyond[cap] += sum(bool(np.any(past[i:i + window])) for i in starts)
+  return ({cap: beyond[cap] / positions for cap in caps},
+          {cap: windows_beyond[cap] / windows for cap in caps})
 
 
 def _loop(fn, steps: int):
@@ -67,7 +90,16 @@ def cap_costs(caps: list[int], rows: list[int], vocab: int, top_p: float, *, ste
               rounds: int = 7) -> dict[tuple[str, int], float]:
   """Microseconds per call of `lax.top_k` at each cap and of the bisection, per row count.
 
-  Keys ('top_k <cap>' or 'bisection', rows); loops timed round-robin, median over rounds.
+  Args:
+    caps: the k of each `lax.top_k` timed.
+    rows: row counts R of the [R, vocab] probabilities (flat ones: every row bisects).
+    vocab: V.
+    top_p: the bisection's bound.
+    steps: calls per timed loop.
+    rounds: round-robin rounds; the median is kept.
+
+  Returns:
+    (f'top_k {cap}' or 'bisection', R) -> microseconds per call.
   """
   rng = np.random.default_rng(0)
   runs = {}
@@ -114,21 +146,23 @@ def main() -> None:
   print(f'Share of positions whose {caps} largest probabilities hold less than top_p '
         f'{args.top_p} (T = {args.temperature}, teacher-forced on the references of '
         f'{len(examples)} Multi30k test sentences; sampling._TOP_P_CAP = {sampling._TOP_P_CAP}):\n')
-  print('| model | positions | ' + ' | '.join(f'k = {cap}' for cap in caps) + ' |')
-  print('| --- | --- | ' + ' | '.join('---' for _ in caps) + ' |')
-  share = {}
-  for name in ['target'] + args.drafts:
-    total, beyond = positions_beyond(demo.load(name), examples, temperature=args.temperature,
-                                     top_p=args.top_p, caps=caps)
-    share[name] = {cap: beyond[cap] / total for cap in caps}
-    print(f'| {name} | {total} | ' + ' | '.join(f'{share[name][cap]:.4f}' for cap in caps)
-          + ' |')
-
+  print('| model | ' + ' | '.join(f'k = {cap}' for cap in caps) + ' |')
+  print('| --- | ' + ' | '.join('---' for _ in caps) + ' |')
+  share, window_share = {}, {}
   verify = args.gamma + 1
+  for name in ['target'] + args.drafts:
+    share[name], window_share[name] = positions_beyond(
+        demo.load(name), examples, temperature=args.temperature, top_p=args.top_p, caps=caps,
+        window=verify)
+    print(f'| {name} | ' + ' | '.join(f'{share[name][cap]:.4f}' for cap in caps) + ' |')
+  print(f'| target, any of {verify} consecutive positions | '
+        + ' | '.join(f'{window_share["target"][cap]:.4f}' for cap in caps) + ' |')
+
   us = cap_costs(caps, [1, verify], 8192, args.top_p, steps=args.steps, rounds=args.rounds)
   print(f'\nMicroseconds on this machine (V = 8192, loops timed round-robin): lax.top_k per call, '
         f'and top_k plus the bisection where a call needs it per speculative iteration at gamma '
-        f'{args.gamma} ({args.gamma} one-row draft calls, one {verify}-row verify call). '
+        f'{args.gamma} ({args.gamma} one-row draft calls, one {verify}-row verify call, which '
+        f'bisects as often as the target\'s windows above). '
         f'The bisection: {us[("bisection", 1)]:.1f} (1 row), {us[("bisection", verify)]:.1f} '
         f'({verify} rows).\n')
   print(f'| cap | top_k, 1 row | top_k, {verify} rows | '
@@ -136,7 +170,7 @@ def main() -> None:
   print('| --- | --- | --- | ' + ' | '.join('---' for _ in args.drafts) + ' |')
   for cap in caps:
     one, rows = us[(f'top_k {cap}', 1)], us[(f'top_k {cap}', verify)]
-    target_calls = rows + (1 - (1 - share['target'][cap]) ** verify) * us[('bisection', verify)]
+    target_calls = rows + window_share['target'][cap] * us[('bisection', verify)]
     iterations = [args.gamma * (one + share[d][cap] * us[('bisection', 1)]) + target_calls
                   for d in args.drafts]
     print(f'| {cap} | {one:.1f} | {rows:.1f} | ' + ' | '.join(f'{t:.0f}' for t in iterations)

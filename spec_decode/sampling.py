@@ -66,8 +66,8 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # bisection over the entries' float32 bit patterns. Both give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
 # grows, the bisection several TopKs; `scripts/nucleus_mass.py` weighs the two
-# for top-p 0.9 on the bundled models at T = 1 (EPYC: 128 beats 64 by ~0.1 ms
-# per speculative iteration; 256 and more lose).
+# for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs: 128 beats 64
+# by 0.05-0.1 ms per gamma-4 speculative iteration; 256 and more lose).
 _TOP_K_CAP = 64
 _TOP_P_CAP = 128
 

@@ -38,11 +38,11 @@ def _run(tmp_path, *args):
 
 
 def test_small_run_stopped_by_its_time_bound_writes_records_draft_and_alpha(tmp_path):
-  # 1,000 steps do not fit in 30 s: training stops and the last checkpoint is exported.
+  # 1,000 steps do not fit in 60 s: training stops and the last checkpoint is exported.
   out = tmp_path / 'out'
-  done = _run(tmp_path, str(out), '--small', '--steps', '1000', '--train_seconds', '30')
+  done = _run(tmp_path, str(out), '--small', '--steps', '1000', '--train_seconds', '60')
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-  assert 'training stopped after 30 s: exporting step ' in done.stderr
+  assert 'training stopped after 60 s: exporting step ' in done.stderr
   assert (out / 'DONE').exists() and not (out / 'workdir').exists()
   stages = [line.split()[0] for line in (out / 'seconds.txt').read_text().splitlines()]
   assert stages == ['records_greedy', 'records_sampled', 'train', 'alpha_multi30k',

@@ -160,8 +160,9 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
     if s.t5x_baseline:
       t5x = decoded.pop('t5x')
       same = np.mean([a == b for a, b in zip(t5x.tokens, baseline.tokens)])
-      print(f'  T5X temperature_sample: {t5x.total_s / baseline.total_s:.2f}x our baseline\'s '
-            f'time; outputs equal ours: {same:.2f}',
+      ratio = tokens_per_second(baseline) / tokens_per_second(t5x)
+      print(f'  T5X temperature_sample: {ratio:.2f}x our baseline\'s time per token; outputs '
+            f'equal ours: {same:.2f}',
             file=sys.stderr)
     quality = {name: output_quality(s.task, references, out.tokens)
                for name, out in decoded.items()}

@@ -205,12 +205,12 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
 
   Returns:
     A flat record: alpha as given and as the loop accepted its drafts
-    (`alpha_from_histogram`), speedups (measured, per generated token: sampled, the two
-    decoders draw outputs of different lengths, and a ratio of total times
-    would credit either with the tokens it happened not to draw; eq. (5) with
-    the measured r(gamma + 1) and c_first; the paper's eq. (5) with r = 1 and
-    c alone), tokens per call
-    (measured, eq. (1)), the fraction of outputs identical to the baseline's,
+    (`alpha_from_histogram`), speedups (measured, per generated token:
+    sampled, the two decoders draw outputs of different lengths, and a ratio
+    of total times would credit either with the tokens it happened not to
+    draw; eq. (5) with the measured r(gamma + 1) and c_first; the paper's
+    eq. (5) with r = 1 and c alone), tokens per call (measured, eq. (1)),
+    the fraction of outputs identical to the baseline's,
     milliseconds per baseline token and per speculative iteration, split into
     draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
     spread over the iterations, and the rest (the loop's own work: sampling,
