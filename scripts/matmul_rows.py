@@ -17,11 +17,12 @@ first one alone (cache-resident).
 """
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from spec_decode.harness import step_costs
 
 
 def _loop(num_steps: int):
@@ -56,13 +57,7 @@ def main() -> None:
   run = _loop(args.steps)
   runs = {(size, k): (lambda w=w, x=jnp.ones((k, args.d), jnp.float32): run(x, w))
           for size, w in sizes.items() for k in args.rows}
-  jax.block_until_ready([f() for f in runs.values()])  # compile and warm up
-  seconds = {key: [] for key in runs}
-  for _ in range(args.rounds):
-    for key, f in runs.items():
-      start = time.perf_counter()
-      jax.block_until_ready(f())
-      seconds[key].append((time.perf_counter() - start) / args.steps)
+  seconds = step_costs.round_robin(runs, args.rounds)  # per loop of args.steps passes
 
   print(f'[K, {args.d}] x [{args.d}, {args.n}] float32, {jax.devices()[0].platform}, '
         f'median of {args.rounds} interleaved rounds\n')
@@ -70,9 +65,9 @@ def main() -> None:
   print('| --- | --- | --- | --- | --- | --- |')
   for size, w in sizes.items():
     megabytes = sum(x.nbytes for x in w) / 1e6
-    one = np.median(seconds[(size, 1)])
+    one = np.median(seconds[(size, 1)]) / args.steps
     for k in args.rows:
-      s = float(np.median(seconds[(size, k)]))
+      s = float(np.median(seconds[(size, k)])) / args.steps
       print(f'| {size} | {megabytes:.0f} | {k} | {1e3 * s:.3f} | {megabytes / 1e3 / s:.1f} | '
             f'{s / one:.2f} |')
 

@@ -21,7 +21,7 @@ positions are not independent).
 """
 
 import argparse
-import time
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,9 @@ import numpy as np
 from spec_decode import data
 from spec_decode import demo
 from spec_decode import sampling
+from spec_decode.harness import acceptance
 from spec_decode.harness import loading
+from spec_decode.harness import step_costs
 
 
 def positions_beyond(model, examples, *, temperature: float, top_p: float, caps: list[int],
@@ -55,8 +57,8 @@ def positions_beyond(model, examples, *, temperature: float, top_p: float, caps:
 
   @jax.jit
   def top_mass(encoder_input_tokens, decoder_input_tokens):
-    step_fn, cache = model.start(encoder_input_tokens, decoder_input_tokens.shape[1])
-    probs = sampling.adjust(step_fn(decoder_input_tokens, cache)[0], params)[0]  # [L, V]
+    logits = acceptance.teacher_forced_logits(model, encoder_input_tokens, decoder_input_tokens)
+    probs = sampling.adjust(logits, params)[0]  # [L, V]
     return jnp.cumsum(jax.lax.top_k(probs, max(caps))[0], axis=-1)  # [L, max cap]
 
   positions = windows = 0
@@ -106,17 +108,12 @@ def cap_costs(caps: list[int], rows: list[int], vocab: int, top_p: float, *, ste
   for n in rows:
     probs = jax.nn.softmax(jnp.asarray(rng.standard_normal((n, vocab)), jnp.float32), axis=-1)
     for cap in caps:
-      runs[(f'top_k {cap}', n)] = (_loop(lambda x, cap=cap: jax.lax.top_k(x, cap)[0], steps), probs)
+      top_k = _loop(lambda x, cap=cap: jax.lax.top_k(x, cap)[0], steps)
+      runs[(f'top_k {cap}', n)] = functools.partial(top_k, probs)
     keys = lambda x: sampling._order_keys(x)
     bisect = lambda x: keys(x) >= sampling._bisect_threshold(keys(x), x, jnp.asarray(top_p))
-    runs[('bisection', n)] = (_loop(bisect, steps), probs)
-  jax.block_until_ready([run(x) for run, x in runs.values()])
-  seconds = {key: [] for key in runs}
-  for _ in range(rounds):
-    for key, (run, x) in runs.items():
-      start = time.perf_counter()
-      jax.block_until_ready(run(x))
-      seconds[key].append(time.perf_counter() - start)
+    runs[('bisection', n)] = functools.partial(_loop(bisect, steps), probs)
+  seconds = step_costs.round_robin(runs, rounds)
   return {key: float(np.median(s)) / steps * 1e6 for key, s in seconds.items()}
 
 

@@ -181,7 +181,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
 
 
 def tokens_per_second(decoded: walltime.Decoded) -> float:
-  return sum(map(len, decoded.tokens)) / decoded.total_s
+  return decoded.generated / decoded.total_s
 
 
 def metric_cells(row: dict) -> str:

@@ -140,7 +140,7 @@ def _fresh_caches(models_: Sequence, encoder_input_tokens: jax.Array, capacity: 
           for c in (_fresh_cache(m, encoder_input_tokens, capacity) for m in models_)]
 
 
-def _round_robin(runs: dict, repeats: int) -> dict:
+def round_robin(runs: dict, repeats: int) -> dict:
   """name -> [repeats] seconds of each compiled run, the runs interleaved.
 
   Each round times every run once, so that a shared machine's drift between
@@ -166,7 +166,7 @@ def draft_step_in_loop_time(target: models.T5Model, draft: loading.Draft,
   encoder_input_tokens = jnp.asarray(encoder_input_tokens)
   target_cache, draft_cache = _fresh_caches((target, draft), encoder_input_tokens, capacity,
                                             position)
-  seconds = _round_robin({
+  seconds = round_robin({
       'pair': lambda: _pair_loop(target, draft, encoder_input_tokens, (target_cache, draft_cache),
                                  num_steps=num_steps),
       'alone': lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
@@ -207,7 +207,7 @@ def _step_times(calls: dict, encoder_input_tokens: jax.Array, *, capacity: int, 
                                   k=k, num_steps=num_steps)
           for name, (model, k) in calls.items()}
   return {name: float(np.median(seconds)) / num_steps
-          for name, seconds in _round_robin(runs, repeats).items()}
+          for name, seconds in round_robin(runs, repeats).items()}
 
 
 def measure_step_times(target: models.T5Model, draft: loading.Draft,

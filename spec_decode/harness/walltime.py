@@ -54,9 +54,14 @@ class Decoded:
     return float(np.sum(self.seconds))
 
   @property
+  def generated(self) -> int:
+    """Generated tokens over all inputs."""
+    return sum(map(len, self.tokens))
+
+  @property
   def tokens_per_call(self) -> float:
     """Generated tokens per target call (eq. (1) measured)."""
-    return sum(map(len, self.tokens)) / max(int(np.sum(self.iterations)), 1)
+    return self.generated / max(int(np.sum(self.iterations)), 1)
 
   def fixed_s(self) -> float:
     """Seconds per input that do not grow with the loop's iterations.
@@ -220,17 +225,15 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
   Raises:
     ValueError: either decoder generated no tokens.
   """
-  baseline_tokens = sum(map(len, baseline.tokens))
-  speculative_tokens = sum(map(len, speculative.tokens))
-  if not baseline_tokens or not speculative_tokens:
-    raise ValueError(f'no tokens to time: {baseline_tokens} baseline, {speculative_tokens} '
-                     'speculative')
+  if not baseline.generated or not speculative.generated:
+    raise ValueError(f'no tokens to time: {baseline.generated} baseline, '
+                     f'{speculative.generated} speculative')
   iterations = int(np.sum(speculative.iterations))
   iteration_ms = 1e3 * speculative.total_s / iterations
   n = len(speculative.seconds)
   baseline_fixed_s, speculative_fixed_s = baseline.fixed_s(), speculative.fixed_s()
   fixed_ms = 1e3 * speculative_fixed_s * n / iterations
-  length_ratio = speculative_tokens / baseline_tokens  # 1 when greedy
+  length_ratio = speculative.generated / baseline.generated  # 1 when greedy
   loop_speedup = length_ratio * ((baseline.total_s - n * baseline_fixed_s)
                                  / (speculative.total_s - n * speculative_fixed_s))
   # One first draft step per iteration, the other draft calls in a run.
