@@ -89,6 +89,79 @@ def tokens_per_call_distribution(alpha: ArrayLike, gamma: int) -> np.ndarray:
   return probs
 
 
+def expected_calls(alpha: ArrayLike, gamma: int, length: ArrayLike) -> np.ndarray:
+  """Expected target calls for an output of `length` tokens, under eq. (1)'s model.
+
+  Eq. (1) is the mean of a call that can run its course. An output of L tokens
+  (EOS included) ends mid-call: its last call yields at most the tokens left,
+  so a short output takes more calls than L / eq. (1). With E(0) = 0,
+    E(L) = 1 + sum_k P(k) E(max(L - k, 0)),
+  P(k) the truncated geometric law of `tokens_per_call_distribution`. As L
+  grows, L / E(L) tends to eq. (1).
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1], any shape S.
+    gamma: the draft length, a single integer >= 1.
+    length: output length(s), integers >= 0, any shape broadcastable with S.
+
+  Returns:
+    The broadcast array of expected calls (float64).
+  """
+  alpha = _check_alpha(alpha)
+  length = np.asarray(length)
+  if (length.dtype == bool or not np.issubdtype(length.dtype, np.number)
+      or not np.all((length >= 0) & (length == np.round(length)))):
+    raise ValueError(f'length must hold integers >= 0, got {length}.')
+  length = length.astype(np.int64)
+  probs = tokens_per_call_distribution(alpha, gamma)  # [*S, gamma + 1]
+  most = int(np.max(length, initial=0))
+  calls = np.zeros(alpha.shape + (most + 1,))  # [*S, most + 1]: E(0 .. most)
+  for n in range(1, most + 1):
+    left = np.maximum(n - np.arange(1, probs.shape[-1] + 1), 0)  # [gamma + 1]
+    calls[..., n] = 1 + np.sum(probs * calls[..., left], axis=-1)
+  alpha, length = np.broadcast_arrays(alpha, length)
+  calls = np.broadcast_to(calls, alpha.shape + (most + 1,))
+  return np.take_along_axis(calls, length[..., None], axis=-1)[..., 0]
+
+
+def finite_walltime_improvement(
+    alpha: ArrayLike,
+    gamma: int,
+    c: ArrayLike,
+    lengths: ArrayLike,
+    verify_cost: Optional[VerifyCost] = None,
+    c_first: Optional[ArrayLike] = None,
+) -> np.ndarray:
+  """Eq. (5) over outputs of the given lengths, with this project's catch-up call.
+
+  `walltime_improvement` with two corrections that decoding short outputs
+  shows: the tokens per call are those of `expected_calls` over `lengths`
+  (sum of lengths over sum of expected calls), not eq. (1); and an iteration
+  that keeps all gamma drafts (probability alpha^gamma) costs one more draft
+  step, the call that feeds x_gamma to the draft (spec_decode.decoding).
+
+  Args:
+    alpha: acceptance rate(s) in [0, 1], any shape S.
+    gamma: the draft length, a single integer >= 1.
+    c: draft step time over target step time, >= 0.
+    lengths: [N] output lengths (integers >= 1 in total), one per output.
+    verify_cost: as in `walltime_improvement`.
+    c_first: as in `walltime_improvement`.
+
+  Returns:
+    The expected speedup, of shape S broadcast with c and c_first.
+  """
+  lengths = np.asarray(lengths)
+  if lengths.ndim != 1 or not np.sum(lengths) > 0:
+    raise ValueError(f'lengths must be a 1-D array of output lengths with a positive sum, '
+                     f'got {lengths}.')
+  alpha, c, gamma = _check_alpha(alpha), _check_cost(c, 'c'), _check_gamma(gamma)
+  c_first = c if c_first is None else _check_cost(c_first, 'c_first')
+  calls = np.sum(expected_calls(alpha[..., None], gamma, lengths), axis=-1)
+  cost = c_first + (gamma - 1) * c + alpha**gamma * c + _verify_cost(verify_cost, gamma + 1)
+  return np.sum(lengths) / calls / cost
+
+
 def _verify_cost(verify_cost: Optional[VerifyCost], k: np.ndarray) -> np.ndarray:
   """Cost r(k) of one target pass over k positions; r = 1 if None."""
   if verify_cost is None:

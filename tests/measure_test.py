@@ -170,6 +170,10 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert row['measured_speedup'] == pytest.approx(baseline.total_s / speculative.total_s)  # greedy
   assert row['predicted_speedup'] == pytest.approx(
       theory.expected_tokens(0.6, 2) / (0.1 + 0.05 + 1.2))
+  lengths = [len(t) for t in speculative.tokens]
+  assert row['predicted_finite_speedup'] == pytest.approx(
+      sum(lengths) / sum(theory.expected_calls(0.6, 2, lengths)) / (0.1 + 0.05 + 0.36 * 0.05 + 1.2))
+  assert row['finite_tokens_per_call'] < row['expected_tokens_per_call']
   assert row['other_ms'] == pytest.approx(
       row['iteration_ms'] - row['draft_ms'] - row['verify_ms'] - row['fixed_ms'])
   assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))

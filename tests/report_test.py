@@ -20,8 +20,8 @@ TIMING = dict(target_step_ms=2.0, draft_step_ms=0.1, c=0.05, draft_first_ms=0.2,
               r=[1.0, 1.05, 1.1, 1.2, 1.3])
 
 
-def _walltime_row(temperature, gamma, chosen, speedup):
-  return dict(
+def _walltime_row(temperature, gamma, chosen, speedup, finite=True):
+  row = dict(
       task='demo_ende', draft='nano', temperature=temperature, chosen=chosen, gamma=gamma,
       alpha=0.75, c=0.05, c_first=0.1, r=1.1, measured_speedup=speedup, predicted_speedup=1.9,
       predicted_speedup_eq5=2.1, tokens_per_call=2.2, expected_tokens_per_call=2.3,
@@ -30,12 +30,15 @@ def _walltime_row(temperature, gamma, chosen, speedup):
       other_ms=1.5, baseline_fixed_ms=8.0, speculative_fixed_ms=9.0, loop_speedup=speedup + 0.1,
       accept_histogram=[5, 4, 3, 9][:gamma + 1], metrics='bleu', bleu_baseline=21.5,
       bleu_speculative=21.5)
+  if finite:  # results written before the finite-length prediction lack it
+    row.update(predicted_finite_speedup=1.6, finite_tokens_per_call=2.1)
+  return row
 
 
 WALLTIME_ROWS = [
     _walltime_row(0.0, 2, False, 1.5),
     _walltime_row(0.0, 3, True, 1.75),
-    _walltime_row(1.0, 2, True, 1.25),
+    _walltime_row(1.0, 2, True, 1.25, finite=False),
 ]
 
 
@@ -67,11 +70,12 @@ def test_write_report_writes_every_file(tmp_path):
   assert md.startswith('# Tables\n\nsome notes')
   assert ('| demo_ende | small | nano | T=0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
           '| 10 |') in md
-  # measured / predicted at the measured tokens per call: 1.75 / (1.90 * 2.20 / 2.30) = 0.96.
-  assert ('| demo_ende | nano | T=0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 0.92 | 0.96 '
-          '| 2.10X | 2.20 (2.30) | yes '
+  # measured / predicted at the outputs' lengths: 1.75 / 1.60 = 1.09.
+  assert ('| demo_ende | nano | T=0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 0.92 '
+          '| 1.60X (1.09) | 2.10X | 2.20 (2.30; 2.10) | yes '
           '| bleu 21.5 / 21.5 |') in md
-  assert '| demo_ende | nano | T=1 | 2 | 0.750 | 0.050 (0.100) | 1.25X' in md and 'n/a (sampled)' in md
+  assert ('| demo_ende | nano | T=1 | 2 | 0.750 | 0.050 (0.100) | 1.25X | 1.90X | 0.66 | - '
+          '| 2.10X | 2.20 (2.30; -) | n/a (sampled) |') in md
   assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 2.6000 | 1.300 |' in md
   assert '| 4 | 2.1000 | 2.4000 | 1.200 |' in md  # measured, then as used
   for name in names - {'report.md'}:

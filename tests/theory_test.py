@@ -127,6 +127,51 @@ def test_tokens_per_call_distribution():
       theory.tokens_per_call_distribution(0.5, 2), [0.5, 0.25, 0.25])
 
 
+def test_expected_calls_by_hand_and_limits():
+  # alpha 0.5, gamma 1: a call yields 1 or 2 tokens, each with probability 1/2.
+  np.testing.assert_allclose(theory.expected_calls(0.5, 1, [0, 1, 2, 3]), [0, 1, 1.5, 2.25])
+  lengths = np.arange(0, 30)
+  np.testing.assert_allclose(theory.expected_calls(0.0, 4, lengths), lengths)  # one token a call
+  np.testing.assert_allclose(theory.expected_calls(1.0, 4, lengths), np.ceil(lengths / 5))
+  # Long outputs: tokens per call tends to eq. (1); short ones fall below it.
+  alpha = np.array([0.3, 0.7, 0.9])
+  np.testing.assert_allclose(2000 / theory.expected_calls(alpha, 4, 2000),
+                             theory.expected_tokens(alpha, 4), rtol=2e-3)
+  assert np.all(16 / theory.expected_calls(alpha, 4, 16) < theory.expected_tokens(alpha, 4))
+  assert theory.expected_calls(alpha[:, None], 3, [5, 9]).shape == (3, 2)
+
+
+def test_expected_calls_matches_simulation():
+  # 20,000 simulated outputs per length; the mean is within 4.5 standard
+  # errors of the exact value (false-positive rate ~1e-5 per length, 3 lengths).
+  rng = np.random.default_rng(0)
+  alpha, gamma, trials = 0.7, 4, 20_000
+  for length in (1, 7, 16):
+    calls = np.zeros(trials)
+    left = np.full(trials, length)
+    while np.any(left > 0):
+      accepted = np.minimum(rng.geometric(1 - alpha, trials) - 1, gamma)  # drafts kept
+      calls += left > 0
+      left = np.maximum(left - accepted - 1, 0)
+    exact = theory.expected_calls(alpha, gamma, length)
+    assert abs(calls.mean() - exact) < 4.5 * calls.std() / np.sqrt(trials) + 1e-9
+
+
+def test_finite_walltime_improvement():
+  r = np.array([1.0, 1.3, 1.4, 1.5, 1.6])
+  lengths = np.array([3, 16, 16, 40])
+  tokens = lengths.sum() / theory.expected_calls(0.7, 4, lengths).sum()
+  np.testing.assert_allclose(
+      theory.finite_walltime_improvement(0.7, 4, 0.08, lengths, r, c_first=0.25),
+      tokens / (0.25 + 3 * 0.08 + 0.7**4 * 0.08 + 1.6))
+  # One very long output: eq. (5) with the catch-up call's cost added.
+  long = theory.finite_walltime_improvement(0.7, 4, 0.08, [4000], r, c_first=0.25)
+  eq5 = theory.walltime_improvement(0.7, 4, 0.08, r, c_first=0.25)
+  np.testing.assert_allclose(long, eq5 * (0.25 + 3 * 0.08 + 1.6)
+                             / (0.25 + 3 * 0.08 + 0.7**4 * 0.08 + 1.6), rtol=2e-3)
+  assert theory.finite_walltime_improvement(np.array([0.6, 0.8]), 3, 0.1, [10]).shape == (2,)
+
+
 @pytest.mark.parametrize('call', [
     lambda: theory.expected_tokens(1.2, 3),
     lambda: theory.expected_tokens(-0.1, 3),
@@ -142,6 +187,11 @@ def test_tokens_per_call_distribution():
     lambda: theory.walltime_improvement(0.5, 3, 0.1, verify_cost=lambda k: 0 * k),
     lambda: theory.walltime_improvement(0.5, 3, 0.1, c_first=-1.0),
     lambda: theory.best_gamma(0.5, 0.1, c_first=np.nan),
+    lambda: theory.expected_calls(0.5, 3, -1),
+    lambda: theory.expected_calls(0.5, 3, 2.5),
+    lambda: theory.expected_calls(0.5, [2, 3], 4),
+    lambda: theory.finite_walltime_improvement(0.5, 3, 0.1, []),
+    lambda: theory.finite_walltime_improvement(0.5, 3, 0.1, [[4, 5]]),
 ])
 def test_bad_inputs_raise(call):
   with pytest.raises(ValueError):

@@ -100,14 +100,17 @@ ALPHA_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def _at_measured_tokens(row: Row) -> float:
-  """measured / predicted speedup, the prediction taking the measured tokens per call.
+def _at_lengths(row: Row) -> str:
+  """The prediction at the outputs' lengths, and measured / it ('-' in older results).
 
-  Eq. (1) assumes every iteration can run its course; outputs end mid-iteration,
-  and their acceptances are not independent.
+  Eq. (1) assumes every iteration can run its course; an output ends
+  mid-iteration, and a clean sweep costs one more draft call
+  (`theory.finite_walltime_improvement`).
   """
-  predicted = row['predicted_speedup'] * row['tokens_per_call'] / row['expected_tokens_per_call']
-  return row['measured_speedup'] / predicted
+  if 'predicted_finite_speedup' not in row:
+    return '-'
+  predicted = row['predicted_finite_speedup']
+  return f'{predicted:.2f}X ({row["measured_speedup"] / predicted:.2f})'
 
 
 WALLTIME_COLUMNS: tuple[Column, ...] = (
@@ -121,10 +124,12 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
     ('predicted (r, c_first)', lambda r: f'{r["predicted_speedup"]:.2f}X'),
     ('measured / predicted', lambda r: f'{r["measured_speedup"] / r["predicted_speedup"]:.2f}'),
-    ('measured / predicted at the measured tokens/call', lambda r: f'{_at_measured_tokens(r):.2f}'),
+    ("predicted at the outputs' lengths (measured / it)", _at_lengths),
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
-    ('tokens/call (eq. (1))',
-     lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f})'),
+    ("tokens/call (eq. (1); at the outputs' lengths)",
+     lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f}; '
+               + (f'{r["finite_tokens_per_call"]:.2f})' if 'finite_tokens_per_call' in r
+                  else '-)')),
     ('greedy identical', identical_cell),
     ('quality: baseline / speculative', _quality),
 )

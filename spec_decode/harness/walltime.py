@@ -213,8 +213,10 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     (`alpha_from_histogram`), speedups (measured, per generated token:
     sampled, the two decoders draw outputs of different lengths, and a ratio
     of total times would credit either with the tokens it happened not to
-    draw; eq. (5) with the measured r(gamma + 1) and c_first; the paper's
-    eq. (5) with r = 1 and c alone), tokens per call (measured, eq. (1)),
+    draw; eq. (5) with the measured r(gamma + 1) and c_first; the same at
+    the lengths of the speculative outputs, with the catch-up draft call,
+    `theory.finite_walltime_improvement`; the paper's eq. (5) with r = 1 and c
+    alone), tokens per call (measured, eq. (1), at the outputs' lengths),
     the fraction of outputs identical to the baseline's,
     milliseconds per baseline token and per speculative iteration, split into
     draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
@@ -242,6 +244,7 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
                     + times.draft_s * max(draft_calls - iterations, 0)) / iterations
   verify_ms = 1e3 * float(times.verify_s[gamma])
   token_ms = 1e3 * baseline.total_s / int(np.sum(baseline.iterations))
+  lengths = np.asarray([len(t) for t in speculative.tokens])
   return dict(
       gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
       measured_speedup=length_ratio * baseline.total_s / speculative.total_s,
@@ -250,8 +253,12 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
       predicted_speedup=float(theory.walltime_improvement(alpha, gamma, times.c, times.r,
                                                           times.c_first)),
       predicted_speedup_eq5=float(theory.walltime_improvement(alpha, gamma, times.c)),
+      predicted_finite_speedup=float(theory.finite_walltime_improvement(
+          alpha, gamma, times.c, lengths, times.r, times.c_first)),
       tokens_per_call=speculative.tokens_per_call,
       expected_tokens_per_call=float(theory.expected_tokens(alpha, gamma)),
+      finite_tokens_per_call=float(np.sum(lengths) / np.sum(
+          theory.expected_calls(alpha, gamma, lengths))),
       loop_alpha=alpha_from_histogram(speculative.accept_histogram),
       identical=float(np.mean([b == s for b, s in zip(baseline.tokens, speculative.tokens)])),
       baseline_s=baseline.total_s, speculative_s=speculative.total_s,
