@@ -47,6 +47,34 @@ class DraftProvider(Protocol):
     ...
 
 
+def most_frequent_ids(stream: np.ndarray, vocab_size: int, size: int,
+                      always: tuple[int, ...] = (BOS_ID, EOS_ID)) -> np.ndarray:
+  """The `size` ids most frequent in a token stream, `always` included (ties: lower id).
+
+  The ids a `models.PrunedHeadDraft` scores.
+
+  Args:
+    stream: 1-D int token ids (e.g. `harness.loading.target_token_stream`).
+    vocab_size: V.
+    size: N, in len(always) .. V.
+    always: ids kept whatever their count (BOS, EOS).
+
+  Returns:
+    [size] int32 ids, ascending.
+
+  Raises:
+    ValueError: a size outside len(always) .. V, or ids outside [0, V).
+  """
+  stream = np.asarray(stream)
+  if not len(always) <= size <= vocab_size:
+    raise ValueError(f'size must lie in {len(always)}..{vocab_size}, got {size}')
+  if stream.size and (stream.min() < 0 or stream.max() >= vocab_size):
+    raise ValueError(f'stream holds ids outside [0, {vocab_size})')
+  counts = np.bincount(stream.astype(np.int64), minlength=vocab_size).astype(np.float64)
+  counts[list(always)] = np.inf
+  return np.sort(np.argsort(-counts, kind='stable')[:size]).astype(np.int32)
+
+
 def _index_only_cache(batch: int, capacity: int) -> cache_lib.Cache:
   """The cache of a stateless draft: only the write index the loops rewind."""
   return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32), layers=None, capacity=capacity)

@@ -83,6 +83,73 @@ class T5Model:
     return step_fn, cache
 
 
+# The logit of a token a PrunedHeadDraft does not score: finite (check_finite
+# passes it), and its probability is exactly 0 in float32 at any temperature
+# the sampler takes.
+PRUNED_LOGIT = -1e30
+
+
+@flax.struct.dataclass
+class PrunedHeadDraft:
+  """A draft T5 model whose output layer scores only the tokens `ids`.
+
+  A draft step reads the whole output layer, [E, V]: for a small draft over
+  a large vocabulary most of its weights, and on a CPU most of c and of
+  c_first (the step after a target call reads again what that call evicted
+  from the cache). This draft reads the columns of `ids` alone, e.g. the most
+  frequent tokens of the task's outputs (`drafts.most_frequent_ids`; FR-Spec,
+  Zhao et al. 2025). Every other token gets q = 0: it is never drafted, and
+  the residual max(0, p - q) keeps all of the target's mass on it, so
+  speculative sampling stays exact; alpha drops by at most the target's
+  probability outside `ids`.
+
+  Attributes:
+    model: the draft T5Model (its encoder, decoder and embedding are used).
+    ids: [N] int32 distinct token ids, ascending.
+    kernel: [E, N] the output layer's columns of `ids`.
+  """
+
+  model: T5Model
+  ids: jax.Array
+  kernel: jax.Array
+
+  @classmethod
+  def create(cls, model: T5Model, ids) -> 'PrunedHeadDraft':
+    """The draft `model` scoring only `ids` ([N] distinct ids in [0, V), N >= 1).
+
+    Raises:
+      ValueError: ids that are not a non-empty 1-D set of ids of the vocabulary.
+    """
+    ids = np.asarray(ids)
+    if (ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer)
+        or ids.min() < 0 or ids.max() >= model.vocab_size or np.unique(ids).size != ids.size):
+      raise ValueError(f'ids must be distinct token ids in [0, {model.vocab_size}), a non-empty '
+                       f'1-D integer array; got {ids.dtype} {ids.shape}')
+    ids = np.sort(ids).astype(np.int32)
+    kernel = model.params['decoder']['logits_dense']['kernel'][:, ids]
+    return cls(model, jnp.asarray(ids), kernel)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.model.vocab_size
+
+  def start(self, encoder_input_tokens: jax.Array,
+            capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
+    """As `T5Model.start`; the logits are PRUNED_LOGIT outside `ids`."""
+    _, cache = self.model.start(encoder_input_tokens, capacity)
+    network, variables = self.model.network, {'params': self.model.params}
+
+    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+      features, cache = network.apply(variables, tokens, cache,
+                                      method=Transformer.decode_features)
+      scores = jnp.einsum('bke,en->bkn', features.astype(jnp.float32),
+                          self.kernel.astype(jnp.float32))  # [B, K, N]
+      logits = jnp.full(scores.shape[:2] + (self.vocab_size,), PRUNED_LOGIT, jnp.float32)
+      return logits.at[:, :, self.ids].set(scores), cache
+
+    return step_fn, cache
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _init_params(config: T5Config, rng: jax.Array) -> Any:
   tokens = jnp.ones((1, 1), jnp.int32)

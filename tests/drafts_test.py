@@ -30,6 +30,9 @@ def _make_draft(kind: str, vocab: int, seed: int = 0):
     return drafts.TableDraft(jnp.asarray(jax.nn.log_softmax(rng.standard_normal((vocab, vocab)))))
   if kind == 'prompt_lookup':
     return drafts.PromptLookupDraft(vocab, max_ngram=3)
+  if kind == 'pruned_head':  # a random T5 draft scoring every other token (q = 0 for the rest)
+    model = models.T5Model.random(t5_1_1('tiny', vocab_size=vocab), jax.random.key(seed))
+    return models.PrunedHeadDraft.create(model, np.arange(0, vocab, 2))
   return drafts.UniformDraft(vocab)
 
 
@@ -163,6 +166,7 @@ def test_k_token_call_equals_k_single_calls(kind):
     ('uniform', dict(temperature=1.0)),
     ('prompt_lookup', dict(temperature=1.0)),
     ('prompt_lookup', dict(temperature=0.9, top_k=4, top_p=0.9)),
+    ('pruned_head', dict(temperature=0.9, top_k=4, top_p=0.9)),  # k > N: PRUNED_LOGIT ties
 ])
 def test_sequence_distribution_is_the_targets(kind, knobs):
   """Joint law of the first three tokens == p's, by chi-square."""
@@ -243,6 +247,36 @@ def test_drafts_plug_into_speculative_generate(tiny_target):
   with pytest.raises(ValueError, match='vocab_size 63 != target vocab_size 64'):
     models.speculative_generate(tiny_target, drafts.UniformDraft(63), inputs, jax.random.key(1),
                                 gamma=3, max_decode_len=16)
+
+
+def test_most_frequent_ids():
+  stream = np.array([5, 5, 5, 7, 7, 9, 63, 2])
+  np.testing.assert_array_equal(drafts.most_frequent_ids(stream, 64, 5), [0, 1, 2, 5, 7])
+  np.testing.assert_array_equal(drafts.most_frequent_ids(stream, 64, 3, always=(1,)), [1, 5, 7])
+  for size in (1, 65):
+    with pytest.raises(ValueError, match='size must lie in 2..64'):
+      drafts.most_frequent_ids(stream, 64, size)
+  with pytest.raises(ValueError, match=r'outside \[0, 8\)'):
+    drafts.most_frequent_ids(stream, 8, 4)
+
+
+def test_pruned_head_scores_its_ids_as_the_full_head_and_equals_greedy(tiny_target):
+  ids = np.array([9, 1, 0, 30, 31, 2])
+  draft = models.PrunedHeadDraft.create(tiny_target, ids)
+  inputs = jnp.asarray(_encoder_inputs(2, 64, 6, seed=8))
+  decoder_inputs = jnp.asarray([[0, 3, 9, 30], [0, 2, 2, 1]], jnp.int32)
+  full = np.asarray(acceptance.teacher_forced_logits(tiny_target, inputs, decoder_inputs))
+  pruned = np.asarray(acceptance.teacher_forced_logits(draft, inputs, decoder_inputs))
+  kept = np.isin(np.arange(64), ids)
+  np.testing.assert_allclose(pruned[..., kept], full[..., kept], rtol=1e-5, atol=1e-5)
+  assert np.all(pruned[..., ~kept] == models.PRUNED_LOGIT)
+  baseline = models.generate(tiny_target, inputs, jax.random.key(0), max_decode_len=12)
+  out = models.speculative_generate(tiny_target, draft, inputs, jax.random.key(1), gamma=3,
+                                    max_decode_len=12)
+  np.testing.assert_array_equal(out.tokens, baseline.tokens)
+  for bad in ([], [[1, 2]], [1, 1], [0, 64], [-1, 3], [0.0, 1.0]):
+    with pytest.raises(ValueError, match='distinct token ids in'):
+      models.PrunedHeadDraft.create(tiny_target, bad)
 
 
 def test_teacher_forced_logits_of_a_provider_are_its_steps():

@@ -221,7 +221,18 @@ class Decoder(nn.Module):
   def __call__(self, y: jax.Array, cross: tuple[KeyValue, ...], encoder_mask: jax.Array,
                buffers: tuple[KeyValue, ...] | None = None, index: jax.Array | None = None,
                deterministic: bool = True) -> tuple[jax.Array, tuple[KeyValue, ...] | None]:
-    """Decodes K embedded tokens per row.
+    """[B, K, V] float32 logits of K embedded tokens per row; see `features`."""
+    y, buffers = self.features(y, cross, encoder_mask, buffers, index, deterministic)
+    return self.logits(y), buffers
+
+  def logits(self, y: jax.Array) -> jax.Array:
+    """The output layer: [B, K, E] features -> [B, K, V] float32 logits."""
+    return self.logits_dense(y)
+
+  def features(self, y: jax.Array, cross: tuple[KeyValue, ...], encoder_mask: jax.Array,
+               buffers: tuple[KeyValue, ...] | None = None, index: jax.Array | None = None,
+               deterministic: bool = True) -> tuple[jax.Array, tuple[KeyValue, ...] | None]:
+    """Decodes K embedded tokens per row, up to the output layer.
 
     Args:
       y: [B, K, E] embedded decoder tokens.
@@ -234,7 +245,8 @@ class Decoder(nn.Module):
       deterministic: disables dropout.
 
     Returns:
-      [B, K, V] float32 logits, and the updated buffers (None without).
+      [B, K, E] final features (normed), and the updated buffers (None
+      without).
     """
     steps = jnp.arange(y.shape[1])
     if buffers is None:
@@ -255,7 +267,7 @@ class Decoder(nn.Module):
                     index, deterministic)
       new_buffers.append(kv)
     y = self.dropout(self.decoder_norm(y), deterministic=deterministic)
-    return self.logits_dense(y), None if buffers is None else tuple(new_buffers)
+    return y, None if buffers is None else tuple(new_buffers)
 
 
 class Transformer(nn.Module):
@@ -321,12 +333,22 @@ class Transformer(nn.Module):
       [B, K, V] float32 logits (of the token after each input) and the cache
       with the K entries written and index + K.
     """
+    features, cache = self.decode_features(decoder_input_tokens, cache)
+    return self.decoder.logits(features), cache
+
+  def decode_features(self, decoder_input_tokens: jax.Array,
+                      cache: cache_lib.Cache) -> tuple[jax.Array, cache_lib.Cache]:
+    """`decode` without the output layer: [B, K, E] features and the cache.
+
+    For a head of one's own over the features (models.PrunedHeadDraft).
+    """
     state = cache.layers
-    logits, buffers = self.decoder(
+    features, buffers = self.decoder.features(
         self.token_embedder(decoder_input_tokens), state.cross_attention, state.encoder_mask,
         buffers=state.self_attention, index=cache.index)
     state = state.replace(self_attention=buffers)
-    return logits, cache.replace(index=cache.index + decoder_input_tokens.shape[1], layers=state)
+    return features, cache.replace(index=cache.index + decoder_input_tokens.shape[1],
+                                   layers=state)
 
   def __call__(self, encoder_input_tokens: jax.Array, decoder_input_tokens: jax.Array,
                enable_dropout: bool = False) -> jax.Array:
