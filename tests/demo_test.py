@@ -52,3 +52,15 @@ def test_greedy_speculation_on_the_bundled_pair_equals_the_baseline(pair):
   spec = models.speculative_generate(target, draft, inputs, key, gamma=3, max_decode_len=32)
   np.testing.assert_array_equal(spec.tokens, base.tokens)
   assert int(np.sum(spec.loop_target_calls)) < int(np.sum(base.loop_target_calls))
+
+
+
+def test_the_demo_draft_scores_the_most_frequent_half_of_the_vocabulary():
+  pruned = demo.load_draft('draft_small', head_size=4096)  # the demo's draft
+  assert isinstance(pruned, models.PrunedHeadDraft) and pruned.ids.shape == (4096,)
+  assert {0, 1} <= set(np.asarray(pruned.ids).tolist())  # BOS and EOS
+
+
+def test_head_size_needs_a_draft_model():
+  with pytest.raises(ValueError, match='head_size applies to draft models'):
+    demo.load_draft('bigram', head_size=64)
