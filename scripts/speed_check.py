@@ -1,6 +1,6 @@
 r"""Prints what the decoding loops cost on the bundled pair: fixed, per iteration, per knob.
 
-  python scripts/speed_check.py                    # draft_small, gamma 3, 12 inputs
+  python scripts/speed_check.py                    # draft_small (4,096 ids), gamma 3, 12 inputs
   python scripts/speed_check.py --t5x_path /path/with/t5x   # also T5X's sampling loop
 
 One interleaved run, batch 1, Multi30k test inputs decoded to exactly L tokens
@@ -42,6 +42,9 @@ KNOBS = {'T=0': dict(temperature=0.0), 'T=1': dict(temperature=1.0),
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--draft', default='draft_small', choices=['draft_small', 'draft_large'])
+  parser.add_argument('--head_size', type=int, default=4096,
+                      help="the draft's output layer scores the N most frequent tokens, as in "
+                           'the demo (0: all)')
   parser.add_argument('--gamma', type=int, default=3)
   parser.add_argument('--n', type=int, default=12, help='Multi30k test inputs')
   parser.add_argument('--lengths', type=int, nargs=2, default=[1, 40],
@@ -55,7 +58,9 @@ def main() -> None:
                       help='a folder holding the t5x package (its decoding.py suffices)')
   args = parser.parse_args()
 
-  target, draft = demo.load('target'), demo.load(args.draft)
+  if not (args.head_size == 0 or 2 <= args.head_size <= demo.DEMO_VOCAB_SIZE):
+    parser.error(f'--head_size must be 0 or in 2..{demo.DEMO_VOCAB_SIZE}, got {args.head_size}')
+  target, draft = demo.load('target'), demo.load_draft(args.draft, head_size=args.head_size)
   examples = data.load_examples('demo_ende', 'test_multi30k', args.n)
   inputs = loading.encode_texts([e['inputs'] for e in examples], 64)
   rng = jax.random.key(0)
@@ -74,7 +79,8 @@ def main() -> None:
   draft_start = loop_costs.start_time(draft, inputs, capacity=capacity)
   target_start = loop_costs.start_time(target, inputs, capacity=capacity)
 
-  print(f'Bundled target + {args.draft}, gamma {args.gamma}, {args.n} Multi30k inputs, '
+  head = f' ({args.head_size} ids)' if args.head_size else ''
+  print(f'Bundled target + {args.draft}{head}, gamma {args.gamma}, {args.n} Multi30k inputs, '
         f'L = {args.lengths}, batch 1, median of {args.repeats} (ms)\n')
   print('| decoder | fixed per input | per iteration | tokens per iteration |')
   print('| --- | --- | --- | --- |')

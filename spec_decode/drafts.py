@@ -63,9 +63,12 @@ def most_frequent_ids(stream: np.ndarray, vocab_size: int, size: int,
     [size] int32 ids, ascending.
 
   Raises:
-    ValueError: a size outside len(always) .. V, or ids outside [0, V).
+    ValueError: a size outside len(always) .. V, or ids (in stream or always)
+      outside [0, V).
   """
   stream = np.asarray(stream)
+  if any(not 0 <= i < vocab_size for i in always):
+    raise ValueError(f'always holds ids outside [0, {vocab_size}): {always}')
   if not len(always) <= size <= vocab_size:
     raise ValueError(f'size must lie in {len(always)}..{vocab_size}, got {size}')
   if stream.size and (stream.min() < 0 or stream.max() >= vocab_size):

@@ -84,8 +84,8 @@ class T5Model:
 
 
 # The logit of a token a PrunedHeadDraft does not score: finite (check_finite
-# passes it), and its probability is exactly 0 in float32 at any temperature
-# the sampler takes.
+# passes it), and its probability is exactly 0 in float32 at temperatures up
+# to ~1e27.
 PRUNED_LOGIT = -1e30
 
 
@@ -94,14 +94,16 @@ class PrunedHeadDraft:
   """A draft T5 model whose output layer scores only the tokens `ids`.
 
   A draft step reads the whole output layer, [E, V]: for a small draft over
-  a large vocabulary most of its weights, and on a CPU most of c and of
-  c_first (the step after a target call reads again what that call evicted
-  from the cache). This draft reads the columns of `ids` alone, e.g. the most
+  a large vocabulary most of its weights, and on a CPU most of c. This draft
+  reads the columns of `ids` alone, e.g. the most
   frequent tokens of the task's outputs (`drafts.most_frequent_ids`; FR-Spec,
   Zhao et al. 2025). Every other token gets q = 0: it is never drafted, and
   the residual max(0, p - q) keeps all of the target's mass on it, so
-  speculative sampling stays exact; alpha drops by at most the target's
-  probability outside `ids`.
+  speculative sampling stays exact; at plain temperature or with top-k, alpha
+  drops by at most the target's probability outside `ids` (top-p over fewer
+  tokens can cut a different nucleus). A sharded draft
+  (`sharding.ShardedT5Model`) is not wrapped: this one's cache carries no
+  sharding constraints.
 
   Attributes:
     model: the draft T5Model (its encoder, decoder and embedding are used).
@@ -145,7 +147,8 @@ class PrunedHeadDraft:
       scores = jnp.einsum('bke,en->bkn', features.astype(jnp.float32),
                           self.kernel.astype(jnp.float32))  # [B, K, N]
       logits = jnp.full(scores.shape[:2] + (self.vocab_size,), PRUNED_LOGIT, jnp.float32)
-      return logits.at[:, :, self.ids].set(scores), cache
+      return logits.at[:, :, self.ids].set(scores, indices_are_sorted=True,
+                                           unique_indices=True), cache
 
     return step_fn, cache
 

@@ -110,7 +110,7 @@ def expected_calls(alpha: ArrayLike, gamma: int, length: ArrayLike) -> np.ndarra
   alpha = _check_alpha(alpha)
   length = np.asarray(length)
   if (length.dtype == bool or not np.issubdtype(length.dtype, np.number)
-      or not np.all((length >= 0) & (length == np.round(length)))):
+      or not np.all(np.isfinite(length) & (length >= 0) & (length == np.round(length)))):
     raise ValueError(f'length must hold integers >= 0, got {length}.')
   length = length.astype(np.int64)
   probs = tokens_per_call_distribution(alpha, gamma)  # [*S, gamma + 1]
@@ -144,7 +144,7 @@ def finite_walltime_improvement(
     alpha: acceptance rate(s) in [0, 1], any shape S.
     gamma: the draft length, a single integer >= 1.
     c: draft step time over target step time, >= 0.
-    lengths: [N] output lengths (integers >= 1 in total), one per output.
+    lengths: [N] output lengths, integers >= 0 with a positive sum.
     verify_cost: as in `walltime_improvement`.
     c_first: as in `walltime_improvement`.
 

@@ -54,11 +54,15 @@ def test_greedy_speculation_on_the_bundled_pair_equals_the_baseline(pair):
   assert int(np.sum(spec.loop_target_calls)) < int(np.sum(base.loop_target_calls))
 
 
-
 def test_the_demo_draft_scores_the_most_frequent_half_of_the_vocabulary():
   pruned = demo.load_draft('draft_small', head_size=4096)  # the demo's draft
-  assert isinstance(pruned, models.PrunedHeadDraft) and pruned.ids.shape == (4096,)
-  assert {0, 1} <= set(np.asarray(pruned.ids).tolist())  # BOS and EOS
+  assert isinstance(pruned, models.PrunedHeadDraft)
+  stream = loading.target_token_stream('demo_ende', 'train')
+  counts = np.bincount(stream, minlength=demo.DEMO_VOCAB_SIZE)
+  ids = np.asarray(pruned.ids)
+  assert ids.shape == (4096,) and {0, 1} <= set(ids.tolist())  # BOS and EOS
+  others = np.setdiff1d(np.arange(demo.DEMO_VOCAB_SIZE), ids)
+  assert counts[ids[ids > 1]].min() >= counts[others].max()  # no left-out token is more frequent
 
 
 def test_head_size_needs_a_draft_model():

@@ -31,7 +31,7 @@ def _make_draft(kind: str, vocab: int, seed: int = 0):
   if kind == 'prompt_lookup':
     return drafts.PromptLookupDraft(vocab, max_ngram=3)
   if kind == 'pruned_head':  # a random T5 draft scoring every other token (q = 0 for the rest)
-    model = models.T5Model.random(t5_1_1('tiny', vocab_size=vocab), jax.random.key(seed))
+    model = models.T5Model.random(t5_1_1('nano', vocab_size=vocab), jax.random.key(seed))
     return models.PrunedHeadDraft.create(model, np.arange(0, vocab, 2))
   return drafts.UniformDraft(vocab)
 
@@ -258,6 +258,8 @@ def test_most_frequent_ids():
       drafts.most_frequent_ids(stream, 64, size)
   with pytest.raises(ValueError, match=r'outside \[0, 8\)'):
     drafts.most_frequent_ids(stream, 8, 4)
+  with pytest.raises(ValueError, match='always holds ids outside'):
+    drafts.most_frequent_ids(stream, 64, 4, always=(-1,))
 
 
 def test_pruned_head_scores_its_ids_as_the_full_head_and_equals_greedy(tiny_target):

@@ -26,11 +26,11 @@ def test_prints_each_head_against_the_full_one():
   covered = {name: float(cells[0]) for name, cells in heads.items()}
   alpha = {name: float(cells[1]) for name, cells in heads.items()}
   assert covered['full'] == 1.0 and 0 < covered['N = 16'] < 0.5
-  assert 0 < alpha['N = 16'] < alpha['full']  # q = 0 outside 16 ids
+  assert 0 < alpha['N = 16'] < alpha['full']  # most of the target's tokens lie outside 16 ids
   timed = {row[0]: row for row in _rows(done.stdout, '') if len(row) == 6 and row[0] != '---'}
   assert set(timed) == {'decoder', 'baseline', 'full', 'N = 16'}
   assert timed['full'][5] == timed['N = 16'][5] == '100%'  # greedy: the baseline's outputs
-  assert timed['full'][3] == '1.000'
+  assert float(timed['N = 16'][3]) > 0 and timed['baseline'][3] == ''
 
 
 def test_bad_size_is_an_error():

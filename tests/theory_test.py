@@ -189,6 +189,7 @@ def test_finite_walltime_improvement():
     lambda: theory.best_gamma(0.5, 0.1, c_first=np.nan),
     lambda: theory.expected_calls(0.5, 3, -1),
     lambda: theory.expected_calls(0.5, 3, 2.5),
+    lambda: theory.expected_calls(0.5, 3, np.inf),
     lambda: theory.expected_calls(0.5, [2, 3], 4),
     lambda: theory.finite_walltime_improvement(0.5, 3, 0.1, []),
     lambda: theory.finite_walltime_improvement(0.5, 3, 0.1, [[4, 5]]),
