@@ -17,6 +17,9 @@ top_k 40 and with top_p 0.9. It prints:
     alphas (default: the demo's measured ones), per knob;
   - the loops' speedup at the tokens per iteration each loop drew (its own
     acceptance, which its iteration costs carry), and its ratio to plain T = 1's;
+  - an iteration's model calls (gamma draft steps and the verify call) timed
+    in one loop and apart (`step_costs.iteration_call_times`): what the two
+    models cost each other beyond c_first;
   - with --t5x_path: T5X's `decoding.temperature_sample` driving our step
     function, ms per iteration against our baseline loop's (greedy).
 """
@@ -32,6 +35,7 @@ from spec_decode import demo
 from spec_decode import sampling as sampling_lib
 from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
+from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
 
 KNOBS = {'T=0': dict(temperature=0.0), 'T=1': dict(temperature=1.0),
@@ -78,6 +82,8 @@ def main() -> None:
   capacity = decoding.cache_length(max(args.lengths), args.gamma)
   draft_start = loop_costs.start_time(draft, inputs, capacity=capacity)
   target_start = loop_costs.start_time(target, inputs, capacity=capacity)
+  calls = step_costs.iteration_call_times(target, draft, inputs[:1], gamma=args.gamma,
+                                          capacity=capacity, position=max(args.lengths) // 2)
 
   head = f' ({args.head_size} ids)' if args.head_size else ''
   print(f'Bundled target + {args.draft}{head}, gamma {args.gamma}, {args.n} Multi30k inputs, '
@@ -89,6 +95,13 @@ def main() -> None:
           f'{cost.tokens_per_iteration:.2f} |')
   print(f'\n`start` alone (encoder + cross K/V + fresh cache): target {1e3 * target_start:.2f}, '
         f'{args.draft} {1e3 * draft_start:.2f}')
+  step = calls['target_step']
+  print(f'\nAn iteration\'s model calls ({args.gamma} draft steps, one verify call over '
+        f'{args.gamma + 1} positions; argmax feeds, no sampling), in target steps of '
+        f'{1e3 * step:.3f} ms: together {calls["iteration"] / step:.2f}; apart: draft steps '
+        f'{calls["drafts"] / step:.2f} + verify {calls["verify"] / step:.2f} = '
+        f'{(calls["drafts"] + calls["verify"]) / step:.2f}. The difference is what the two '
+        f'models cost each other (evicted weights), in the loop.')
 
   print('\n| knob | speculative fixed - baseline fixed | 1.5 x draft start | '
         'baseline ms/iteration over T=1\'s | loop speedup at alpha | loop speedup at its '

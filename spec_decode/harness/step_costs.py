@@ -133,6 +133,75 @@ def _pair_loop(target: models.T5Model, draft: loading.Draft, encoder_input_token
   return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
 
 
+@functools.partial(jax.jit, static_argnames=('gamma', 'parts', 'num_steps'))
+def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: jax.Array,
+                    caches: tuple[cache_lib.Cache, cache_lib.Cache], *, gamma: int,
+                    parts: tuple[str, ...], num_steps: int) -> jax.Array:
+  """num_steps iterations of `parts` ('drafts': gamma draft steps; 'verify': one target
+  call over gamma + 1 positions), each fed the argmaxes of the last."""
+  (target_cache, draft_cache) = caches
+  target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
+  draft_step, _ = draft.start(encoder_input_tokens, draft_cache.capacity)
+  position = target_cache.index
+
+  def body(_, carry):
+    token, target_cache, draft_cache = carry
+    tokens = [token]
+    for _ in range(gamma):
+      if 'drafts' in parts:
+        logits, draft_cache = draft_step(tokens[-1][:, None], draft_cache)
+        tokens.append(sampling_lib.argmax(logits[:, 0]).astype(jnp.int32))
+      else:
+        tokens.append(token)
+    if 'verify' in parts:
+      logits, target_cache = target_step(jnp.stack(tokens, axis=1), target_cache)
+      token = sampling_lib.argmax(logits[:, -1]).astype(jnp.int32)
+    else:
+      token = tokens[-1]
+    return (token, cache_lib.rewind(target_cache, position),
+            cache_lib.rewind(draft_cache, position))
+
+  token = jnp.full((target_cache.batch_size,), loading.EOS_ID + 1, jnp.int32)
+  return jax.lax.fori_loop(0, num_steps, body, (token, target_cache, draft_cache))[0]
+
+
+def iteration_call_times(target: models.T5Model, draft: loading.Draft,
+                         encoder_input_tokens: jax.Array, *, gamma: int, capacity: int,
+                         position: int, num_steps: int = 32, repeats: int = 7) -> dict:
+  """An iteration's model calls timed together and apart, round-robin.
+
+  What eq. (5) with c_first and r(gamma + 1) adds up, against what the same
+  calls cost in one loop: on a CPU each model evicts the other's weights from
+  the cache, and the draft's c_first counts only one side of it.
+
+  Args:
+    target: M_p.
+    draft: M_q.
+    encoder_input_tokens: [1, S] one real input.
+    gamma: draft steps per iteration; the verify call covers gamma + 1.
+    capacity: the caches' positions.
+    position: where every call writes (rewound after each iteration).
+    num_steps: iterations per compiled loop.
+    repeats: timed rounds.
+
+  Returns:
+    Seconds per iteration: 'iteration' (gamma draft steps, then the verify
+    call), 'drafts' (the draft steps alone), 'verify' (the verify call
+    alone), and 'target_step' (one target step, K = 1).
+  """
+  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+  caches = tuple(_fresh_caches((target, draft), encoder_input_tokens, capacity, position))
+  loop = functools.partial(_iteration_loop, target, draft, encoder_input_tokens, caches,
+                           gamma=gamma, num_steps=num_steps)
+  runs = {'iteration': lambda: loop(parts=('drafts', 'verify')),
+          'drafts': lambda: loop(parts=('drafts',)),
+          'verify': lambda: loop(parts=('verify',)),
+          'target_step': lambda: _step_loop(target, encoder_input_tokens, caches[0], k=1,
+                                            num_steps=num_steps)}
+  return {name: float(np.median(seconds)) / num_steps
+          for name, seconds in round_robin(runs, repeats).items()}
+
+
 def _fresh_caches(models_: Sequence, encoder_input_tokens: jax.Array, capacity: int,
                   position: int) -> list[cache_lib.Cache]:
   """Each model's fresh cache, rewound to write at `position`."""
