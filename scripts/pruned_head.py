@@ -95,7 +95,7 @@ def main() -> None:
         target, draft, gamma=args.gamma, max_decode_len=args.max_decode_len, sampling=knobs)
                      for name, (draft, _) in heads.items()})
     decoded = walltime.time_decoding(decoders, inputs, rng, repeats=args.repeats)
-    per_token = {name: d.total_s / d.generated for name, d in decoded.items()}
+    per_token = {name: 1 / experiments.tokens_per_second(d) for name, d in decoded.items()}
     print(f'\nT = {temperature:g}, gamma {args.gamma}, one interleaved run '
           f'(median of {args.repeats} per input)\n')
     print('| decoder | ms per token | speedup | over the full head | tokens per call | '

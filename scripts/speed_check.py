@@ -62,8 +62,10 @@ def main() -> None:
                       help='a folder holding the t5x package (its decoding.py suffices)')
   args = parser.parse_args()
 
-  if not (args.head_size == 0 or 2 <= args.head_size <= demo.DEMO_VOCAB_SIZE):
-    parser.error(f'--head_size must be 0 or in 2..{demo.DEMO_VOCAB_SIZE}, got {args.head_size}')
+  try:
+    demo.check_head_size(args.head_size)
+  except ValueError as error:
+    parser.error(str(error))
   target, draft = demo.load('target'), demo.load_draft(args.draft, head_size=args.head_size)
   examples = data.load_examples('demo_ende', 'test_multi30k', args.n)
   inputs = loading.encode_texts([e['inputs'] for e in examples], 64)

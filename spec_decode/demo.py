@@ -56,6 +56,12 @@ def load(name: str, dtype: str = 'float32') -> models.T5Model:
   return models.T5Model(model_config, jax.device_put(params))
 
 
+def check_head_size(head_size: int) -> None:
+  """Raises ValueError unless head_size is 0 (the full head) or in 2..DEMO_VOCAB_SIZE."""
+  if not (head_size == 0 or 2 <= head_size <= DEMO_VOCAB_SIZE):
+    raise ValueError(f'head_size must be 0 or in 2..{DEMO_VOCAB_SIZE}, got {head_size}')
+
+
 def load_draft(name: str, task: str = 'demo_ende', head_size: int = 0):
   """A bundled draft model by name, or a zero-cost draft provider by kind.
 
@@ -71,6 +77,7 @@ def load_draft(name: str, task: str = 'demo_ende', head_size: int = 0):
   Raises:
     ValueError: an unknown name, or a head_size for a provider or out of range.
   """
+  check_head_size(head_size)
   if name not in NAMES:
     if head_size:
       raise ValueError(f'head_size applies to draft models, not to the {name!r} provider')
@@ -98,8 +105,10 @@ def main(argv=None) -> int:
       task='demo_ende', split='test_multi30k', n=args.n, temperatures=(0.0, 1.0),
       gamma_max=7, gammas=(), max_decode_len=64, repeats=args.repeats, num_steps=32,
       truncations=((40, 1.0), (0, 0.9)))
-  if not (args.head_size == 0 or 2 <= args.head_size <= DEMO_VOCAB_SIZE):
-    parser.error(f'--head_size must be 0 or in 2..{DEMO_VOCAB_SIZE}, got {args.head_size}')
+  try:
+    check_head_size(args.head_size)
+  except ValueError as error:
+    parser.error(str(error))
   target, draft = load('target'), load_draft(args.draft, head_size=args.head_size)
   name = f'{args.draft}, {args.head_size} ids' if args.head_size else args.draft
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(

@@ -108,7 +108,7 @@ class PrunedHeadDraft:
   Attributes:
     model: the draft T5Model (its encoder, decoder and embedding are used).
     ids: [N] int32 distinct token ids, ascending.
-    kernel: [E, N] the output layer's columns of `ids`.
+    kernel: [E, N] float32, the output layer's columns of `ids`.
   """
 
   model: T5Model
@@ -128,7 +128,8 @@ class PrunedHeadDraft:
       raise ValueError(f'ids must be distinct token ids in [0, {model.vocab_size}), a non-empty '
                        f'1-D integer array; got {ids.dtype} {ids.shape}')
     ids = np.sort(ids).astype(np.int32)
-    kernel = model.params['decoder']['logits_dense']['kernel'][:, ids]
+    # float32 once here, as nn.Dense(dtype=float32) would promote it at every step.
+    kernel = jnp.asarray(model.params['decoder']['logits_dense']['kernel'][:, ids], jnp.float32)
     return cls(model, jnp.asarray(ids), kernel)
 
   @property
@@ -144,8 +145,7 @@ class PrunedHeadDraft:
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
       features, cache = network.apply(variables, tokens, cache,
                                       method=Transformer.decode_features)
-      scores = jnp.einsum('bke,en->bkn', features.astype(jnp.float32),
-                          self.kernel.astype(jnp.float32))  # [B, K, N]
+      scores = jnp.einsum('bke,en->bkn', features.astype(jnp.float32), self.kernel)  # [B, K, N]
       logits = jnp.full(scores.shape[:2] + (self.vocab_size,), PRUNED_LOGIT, jnp.float32)
       return logits.at[:, :, self.ids].set(scores, indices_are_sorted=True,
                                            unique_indices=True), cache

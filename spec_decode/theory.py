@@ -155,11 +155,18 @@ def finite_walltime_improvement(
   if lengths.ndim != 1 or not np.sum(lengths) > 0:
     raise ValueError(f'lengths must be a 1-D array of output lengths with a positive sum, '
                      f'got {lengths}.')
-  alpha, c, gamma = _check_alpha(alpha), _check_cost(c, 'c'), _check_gamma(gamma)
-  c_first = c if c_first is None else _check_cost(c_first, 'c_first')
+  alpha = _check_alpha(alpha)
   calls = np.sum(expected_calls(alpha[..., None], gamma, lengths), axis=-1)
-  cost = c_first + (gamma - 1) * c + alpha**gamma * c + _verify_cost(verify_cost, gamma + 1)
-  return np.sum(lengths) / calls / cost
+  gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first)
+  return np.sum(lengths) / calls / (cost + alpha**gamma * c)
+
+
+def _iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[VerifyCost],
+                    c_first: Optional[ArrayLike]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(gamma, c, c_first + (gamma - 1) c + r(gamma + 1)), checked: one iteration in target steps."""
+  gamma, c = _check_gamma(gamma), _check_cost(c, 'c')
+  c_first = c if c_first is None else _check_cost(c_first, 'c_first')
+  return gamma, c, c_first + (gamma - 1) * c + _verify_cost(verify_cost, gamma + 1)
 
 
 def _verify_cost(verify_cost: Optional[VerifyCost], k: np.ndarray) -> np.ndarray:
@@ -210,10 +217,7 @@ def walltime_improvement(
   Returns:
     The broadcast array of expected speedups.
   """
-  tokens = expected_tokens(alpha, gamma)
-  gamma, c = _check_gamma(gamma), _check_cost(c, 'c')
-  c_first = c if c_first is None else _check_cost(c_first, 'c_first')
-  return tokens / (c_first + (gamma - 1) * c + _verify_cost(verify_cost, gamma + 1))
+  return expected_tokens(alpha, gamma) / _iteration_cost(gamma, c, verify_cost, c_first)[2]
 
 
 def operations_factor(

@@ -65,6 +65,9 @@ def test_the_demo_draft_scores_the_most_frequent_half_of_the_vocabulary():
   assert counts[ids[ids > 1]].min() >= counts[others].max()  # no left-out token is more frequent
 
 
-def test_head_size_needs_a_draft_model():
+def test_head_size_needs_a_draft_model_and_a_size_of_the_vocabulary():
   with pytest.raises(ValueError, match='head_size applies to draft models'):
     demo.load_draft('bigram', head_size=64)
+  for size in (-1, 1, 8193):
+    with pytest.raises(ValueError, match=r'head_size must be 0 or in 2\.\.8192'):
+      demo.load_draft('draft_small', head_size=size)

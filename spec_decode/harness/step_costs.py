@@ -112,33 +112,16 @@ def _step_loop(model: loading.Draft, encoder_input_tokens: jax.Array, cache: cac
   return jax.lax.fori_loop(0, num_steps, body, (tokens, cache))[0]
 
 
-@functools.partial(jax.jit, static_argnames=('num_steps',))
-def _pair_loop(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: jax.Array,
-               caches: tuple[cache_lib.Cache, cache_lib.Cache], *, num_steps: int) -> jax.Array:
-  """num_steps (draft step, target step) pairs at K = 1, each fed the other's argmax."""
-  (target_cache, draft_cache) = caches
-  target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
-  draft_step, _ = draft.start(encoder_input_tokens, draft_cache.capacity)
-  position = target_cache.index
-
-  def body(_, carry):
-    tokens, target_cache, draft_cache = carry
-    logits, draft_cache = draft_step(tokens, draft_cache)
-    logits, target_cache = target_step(sampling_lib.argmax(logits).astype(jnp.int32),
-                                       target_cache)
-    return (sampling_lib.argmax(logits).astype(jnp.int32),
-            cache_lib.rewind(target_cache, position), cache_lib.rewind(draft_cache, position))
-
-  tokens = jnp.full((target_cache.batch_size, 1), loading.EOS_ID + 1, jnp.int32)
-  return jax.lax.fori_loop(0, num_steps, body, (tokens, target_cache, draft_cache))[0]
-
-
-@functools.partial(jax.jit, static_argnames=('gamma', 'parts', 'num_steps'))
+@functools.partial(jax.jit, static_argnames=('gamma', 'verify_k', 'parts', 'num_steps'))
 def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: jax.Array,
                     caches: tuple[cache_lib.Cache, cache_lib.Cache], *, gamma: int,
-                    parts: tuple[str, ...], num_steps: int) -> jax.Array:
-  """num_steps iterations of `parts` ('drafts': gamma draft steps; 'verify': one target
-  call over gamma + 1 positions), each fed the argmaxes of the last."""
+                    verify_k: int, parts: tuple[str, ...], num_steps: int) -> jax.Array:
+  """num_steps iterations of `parts`, each fed the argmaxes of the last.
+
+  'drafts': gamma draft steps; 'verify': one target call over the last
+  verify_k of [last token, x_1..x_gamma] (gamma + 1: a verify call; 1 after
+  one draft step: the (draft step, target step) pair that times c_first).
+  """
   (target_cache, draft_cache) = caches
   target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
   draft_step, _ = draft.start(encoder_input_tokens, draft_cache.capacity)
@@ -154,7 +137,7 @@ def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_
       else:
         tokens.append(token)
     if 'verify' in parts:
-      logits, target_cache = target_step(jnp.stack(tokens, axis=1), target_cache)
+      logits, target_cache = target_step(jnp.stack(tokens[-verify_k:], axis=1), target_cache)
       token = sampling_lib.argmax(logits[:, -1]).astype(jnp.int32)
     else:
       token = tokens[-1]
@@ -192,7 +175,7 @@ def iteration_call_times(target: models.T5Model, draft: loading.Draft,
   encoder_input_tokens = jnp.asarray(encoder_input_tokens)
   caches = tuple(_fresh_caches((target, draft), encoder_input_tokens, capacity, position))
   loop = functools.partial(_iteration_loop, target, draft, encoder_input_tokens, caches,
-                           gamma=gamma, num_steps=num_steps)
+                           gamma=gamma, verify_k=gamma + 1, num_steps=num_steps)
   runs = {'iteration': lambda: loop(parts=('drafts', 'verify')),
           'drafts': lambda: loop(parts=('drafts',)),
           'verify': lambda: loop(parts=('verify',)),
@@ -236,8 +219,9 @@ def draft_step_in_loop_time(target: models.T5Model, draft: loading.Draft,
   target_cache, draft_cache = _fresh_caches((target, draft), encoder_input_tokens, capacity,
                                             position)
   seconds = round_robin({
-      'pair': lambda: _pair_loop(target, draft, encoder_input_tokens, (target_cache, draft_cache),
-                                 num_steps=num_steps),
+      'pair': lambda: _iteration_loop(target, draft, encoder_input_tokens,
+                                      (target_cache, draft_cache), gamma=1, verify_k=1,
+                                      parts=('drafts', 'verify'), num_steps=num_steps),
       'alone': lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
                                   num_steps=num_steps)}, 2 * repeats + 1)
   differences = np.subtract(seconds['pair'], seconds['alone'])
