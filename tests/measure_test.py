@@ -124,6 +124,17 @@ def test_encode_texts_and_detokenize():
   assert loading.encode_texts(texts, max_input_len=4)[0, 3] == loading.EOS_ID  # truncated
 
 
+def test_trim_padding_keeps_the_input_and_its_bucket():
+  row = np.array([5, 6, 7, 1, 0, 0, 0, 0, 0, 0, 0, 0], np.int32)
+  np.testing.assert_array_equal(loading.trim_padding(row, 8), row[:8])
+  np.testing.assert_array_equal(loading.trim_padding(row, 3), row[:6])
+  np.testing.assert_array_equal(loading.trim_padding(row, 4), row[:4])  # exactly full
+  np.testing.assert_array_equal(loading.trim_padding(row, 16), row)  # never longer than S
+  np.testing.assert_array_equal(loading.trim_padding(np.zeros(8, np.int32), 4), np.zeros(4))
+  with pytest.raises(ValueError, match='multiple'):
+    loading.trim_padding(row, 0)
+
+
 def test_parse_config(tmp_path):
   assert loading.parse_config('nano').vocab_size == 8192
   assert loading.parse_config('nano', dtype='bfloat16').dtype == 'bfloat16'
@@ -169,6 +180,9 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert speculative.tokens == baseline.tokens  # greedy: identical outputs
   assert speculative.accept_histogram.shape == (3,)
   assert baseline.tokens_per_call == 1.0 and speculative.tokens_per_call >= 1.0
+  # Inputs cut to their own buckets (row 0 to 5 of 8 tokens) decode as the full rows.
+  cut = walltime.time_decoding(decoders, inputs[:3], jax.random.key(0), repeats=1, multiple=5)
+  assert cut['baseline'].tokens == cut['speculative'].tokens == baseline.tokens
 
   times = step_costs.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
                                verify_measured_s=np.array([1e-3, 1.1e-3, 1.2e-3]))

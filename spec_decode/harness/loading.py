@@ -2,7 +2,7 @@
 
 `parse_config` reads a `t5_1_1` size or a JSON file of T5Config fields,
 `load_model` a checkpoint onto it; `encode_texts` turns texts into one-shape
-encoder inputs, `detokenize` output ids back into text, and
+encoder inputs (`trim_padding` cuts one back to its own length bucket), `detokenize` output ids back into text, and
 `target_token_stream` a task's targets into the id stream table drafts are
 estimated from. A `Draft` is a T5Model or any provider of `spec_decode.drafts`.
 """
@@ -79,6 +79,27 @@ def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -
   for i, x in enumerate(ids):
     tokens[i, :len(x)] = x
   return tokens
+
+
+def trim_padding(tokens: np.ndarray, multiple: int = 16) -> np.ndarray:
+  """One encoder input without the padding beyond its own length bucket.
+
+  A batch-1 decoder need not run its encoder over the padding of a batch's
+  longest input: the encoder's cost grows with the padded length, and the
+  padding is masked anyway, so the outputs are the same.
+
+  Args:
+    tokens: [S] int32 ids, 0-padded at the end (a row of `encode_texts`).
+    multiple: the kept length is the input's own rounded up to this.
+
+  Returns:
+    [S'] the first S' = min(S, the length rounded up to `multiple`) ids.
+  """
+  if multiple < 1:
+    raise ValueError(f'multiple must be >= 1, got {multiple}')
+  tokens = np.asarray(tokens)
+  length = int(np.max(np.nonzero(tokens)[0], initial=-1)) + 1
+  return tokens[:min(len(tokens), max(-(-length // multiple), 1) * multiple)]
 
 
 def detokenize(ids: Sequence[int]) -> str:

@@ -160,27 +160,33 @@ def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: 
 
 
 def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.ndarray,
-                  rng: jax.Array, *, repeats: int = 3, progress: bool = False
-                  ) -> dict[Hashable, Decoded]:
+                  rng: jax.Array, *, repeats: int = 3, progress: bool = False,
+                  multiple: int = 16) -> dict[Hashable, Decoded]:
   """Decodes each input alone with every decoder, interleaved, timed.
 
   Input i is decoded with key fold_in(rng, i) by every decoder and in every
-  repeat. Each decoder compiles once, on input 0, before any timing.
+  repeat, cut to its own length rounded up to `multiple` (as a batch-1
+  server buckets its inputs: the encoders then do not run over another
+  input's padding). Each decoder compiles once per padded length, before any
+  timing.
 
   Args:
     decoders: name -> `decode(inputs [1, S], keys [1]) -> DecodeOutput`.
-    encoder_input_tokens: [N, S] int32, one shape for all inputs.
+    encoder_input_tokens: [N, S] int32, 0-padded.
     rng: one PRNG key.
     repeats: timed runs per input and decoder; the median is kept.
     progress: show a progress bar.
+    multiple: the length buckets' width (`loading.trim_padding`).
 
   Returns:
     name -> Decoded.
   """
-  inputs = [jnp.asarray(encoder_input_tokens[i:i + 1]) for i in range(len(encoder_input_tokens))]
+  inputs = [jnp.asarray(loading.trim_padding(row, multiple)[None]) for row in encoder_input_tokens]
   keys = [jax.random.fold_in(rng, i)[None] for i in range(len(inputs))]
+  first_of_shape = {x.shape: (x, key) for x, key in reversed(list(zip(inputs, keys)))}
   for decode in decoders.values():
-    jax.block_until_ready(decode(inputs[0], keys[0]))
+    for x, key in first_of_shape.values():
+      jax.block_until_ready(decode(x, key))
   records = {name: [] for name in decoders}
   for x, key in zip(tqdm.tqdm(inputs, desc='walltime', disable=not progress), keys):
     for name, decode in decoders.items():
