@@ -70,6 +70,38 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # by 0.05-0.1 ms per gamma-4 speculative iteration; 256 and more lose).
 _TOP_K_CAP = 64
 _TOP_P_CAP = 128
+# TopK's cost grows with the vocabulary; over many blocks it runs in two small
+# steps instead (`_top_values`). Blocks of 16 and the switch at 8 x cap blocks
+# were fastest on the EPYC: at V = 32k 2-3x faster than one TopK over V, at
+# 8k for cap 64 1.3x, for cap 128 no faster (so not used there).
+_TOP_BLOCK = 16
+_TOP_MIN_BLOCKS_PER_CAP = 8
+
+
+def _top_values(x: jax.Array, cap: int) -> jax.Array:
+  """[..., V] -> [..., cap] the cap largest entries, descending: `lax.top_k(x, cap)[0]`.
+
+  Over many blocks of _TOP_BLOCK entries, from two small TopKs: the cap blocks
+  with the largest maxima, then the cap largest of their entries. They are
+  the same values. Let v be the cap-th largest value: fewer than cap blocks
+  hold an entry above v, so every such block is chosen, with all entries above
+  v; and either every block whose maximum is v is chosen too, or every chosen
+  block has a maximum of at least v, each adding one entry v or more. Either
+  way the chosen blocks hold at least cap entries >= v. Ties included.
+
+  Args:
+    x: [..., V] float values (-inf allowed), V >= cap.
+    cap: static number of values.
+  """
+  vocab = x.shape[-1]
+  blocks = -(-vocab // _TOP_BLOCK)
+  if blocks < _TOP_MIN_BLOCKS_PER_CAP * cap:
+    return jax.lax.top_k(x, cap)[0]
+  padded = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, blocks * _TOP_BLOCK - vocab)],
+                   constant_values=-jnp.inf).reshape(x.shape[:-1] + (blocks, _TOP_BLOCK))
+  chosen = jax.lax.top_k(jnp.max(padded, axis=-1), cap)[1]  # [..., cap] block indices
+  entries = jnp.take_along_axis(padded, chosen[..., None], axis=-2)  # [..., cap, _TOP_BLOCK]
+  return jax.lax.top_k(entries.reshape(x.shape[:-1] + (cap * _TOP_BLOCK,)), cap)[0]
 
 
 def _order_keys(x: jax.Array) -> jax.Array:
@@ -108,7 +140,7 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
   cap = min(_TOP_K_CAP, vocab)
 
   def from_top_values(logits):
-    values = jax.lax.top_k(logits, cap)[0]  # [..., cap] descending
+    values = _top_values(logits, cap)  # [..., cap] descending
     # The k-th largest as the least of the first k: picking it with a gather
     # makes XLA:CPU sort the whole vocabulary inside a loop instead of calling
     # its TopK kernel (1.4 ms against 0.03 ms at V = 8k).
@@ -131,7 +163,7 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
   mass reaches top_p, and every token tied with the last one kept.
   """
   cap = min(_TOP_P_CAP, probs.shape[-1])
-  values = jax.lax.top_k(probs, cap)[0]  # [..., cap] descending
+  values = _top_values(probs, cap)  # [..., cap] descending
   mass_before = jnp.cumsum(values, axis=-1) - values
 
   def from_top_values(probs):

@@ -75,6 +75,22 @@ def _sorted_top_p_mask(probs, top_p):
   return probs >= threshold
 
 
+@pytest.mark.parametrize('vocab', [16400, 32100])  # both caps over blocks
+@pytest.mark.parametrize('cap', [sampling._TOP_K_CAP, sampling._TOP_P_CAP])
+def test_top_values_are_top_k_values(vocab, cap):
+  rng = np.random.default_rng(vocab + cap)
+  rows = {
+      'random': rng.standard_normal(vocab),
+      'tied': rng.integers(-3, 3, vocab),  # the cap-th value is shared by many blocks
+      'packed': np.where(np.arange(vocab) < 3 * cap, 10.0 + np.arange(vocab) % 5, 0.0),
+      'few finite': np.where(rng.random(vocab) < 10 / vocab, 1.0, -np.inf),  # < cap of them
+      'last block': np.where(np.arange(vocab) >= vocab - 20, 5.0, rng.standard_normal(vocab)),
+  }
+  x = jnp.asarray(np.stack(list(rows.values())), jnp.float32)
+  got = np.asarray(jax.jit(sampling._top_values, static_argnums=1)(x, cap))
+  np.testing.assert_array_equal(got, np.asarray(jax.lax.top_k(x, cap)[0]))
+
+
 @pytest.mark.parametrize('vocab', [8192, 32128])
 def test_top_k_mask_equals_sorted_definition(vocab):
   rng = np.random.default_rng(vocab)
