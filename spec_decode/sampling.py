@@ -160,23 +160,34 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
   """[..., V] probabilities -> [..., V] with mass outside the nucleus zeroed (1 disables).
 
   The nucleus: the most likely tokens down to the first rank whose preceding
-  mass reaches top_p, and every token tied with the last one kept.
+  mass reaches top_p, and every token tied with the last one kept. Its
+  threshold comes from the cap largest values where their mass reaches top_p;
+  the rows where it does not are bisected one by one, so a verify call whose
+  gamma + 1 rows hold one flat distribution bisects that row alone.
   """
   cap = min(_TOP_P_CAP, probs.shape[-1])
   values = _top_values(probs, cap)  # [..., cap] descending
   mass_before = jnp.cumsum(values, axis=-1) - values
-
-  def from_top_values(probs):
-    in_nucleus = mass_before < top_p
-    return probs >= jnp.min(jnp.where(in_nucleus, values, jnp.inf), axis=-1, keepdims=True)
-
-  def by_bisection(probs):
-    keys = _order_keys(probs)
-    return keys >= _bisect_threshold(keys, probs, top_p)
-
+  keep = probs >= jnp.min(jnp.where(mass_before < top_p, values, jnp.inf), axis=-1,
+                          keepdims=True)
   # The nucleus ends among the top values when their mass reaches top_p.
-  inside = jnp.all((jnp.sum(values, axis=-1, keepdims=True) >= top_p) | (top_p >= 1.0))
-  keep = jax.lax.cond(inside, from_top_values, by_bisection, probs)
+  inside = (jnp.sum(values, axis=-1, keepdims=True) >= top_p) | (top_p >= 1.0)  # [..., 1]
+
+  def bisect_rows(keep):
+    rows = lambda x: jnp.broadcast_to(x, probs.shape[:-1] + x.shape[-1:]).reshape(
+        -1, x.shape[-1])  # [..., n] -> [R, n]
+    flat_probs, flat_top_p, flat_inside = rows(probs), rows(top_p), rows(inside)[:, 0]
+
+    def row(r, keep):
+      def bisect(keep):
+        keys = _order_keys(flat_probs[r])
+        threshold = _bisect_threshold(keys, flat_probs[r], flat_top_p[r])  # [1]
+        return keep.at[r].set(keys >= threshold)
+      return jax.lax.cond(flat_inside[r], lambda keep: keep, bisect, keep)
+
+    return jax.lax.fori_loop(0, flat_probs.shape[0], row, rows(keep)).reshape(keep.shape)
+
+  keep = jax.lax.cond(jnp.all(inside), lambda keep: keep, bisect_rows, keep)
   return jnp.where(keep | (top_p >= 1.0), probs, 0.0)
 
 

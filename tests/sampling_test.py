@@ -114,7 +114,7 @@ def test_top_p_mask_equals_sorted_definition(vocab):
   rng = np.random.default_rng(vocab + 1)
   top_ps = np.array([0.05, 0.3, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0], np.float32)
   mask = jax.jit(sampling._top_p_mask)
-  paths = set()  # whether the nucleus ends among the cap's largest entries
+  paths = set()  # per call: which rows' nuclei end among the cap's largest entries
   for scale in (8.0, 1.0):  # peaked: nuclei inside the top_k cap; flat: bisection
     logits = scale * rng.standard_normal((len(top_ps), vocab))
     tied = np.round(logits / 2)  # many equal probabilities at the boundary
@@ -122,12 +122,20 @@ def test_top_p_mask_equals_sorted_definition(vocab):
       probs = np.asarray(jax.nn.softmax(jnp.asarray(x, jnp.float32), axis=-1))
       cap_mass = np.sum(-np.sort(-probs, axis=-1)[:, :sampling._TOP_P_CAP], axis=-1)
       for p_rows in (top_ps, np.full_like(top_ps, 0.9)):
-        paths.add(bool(np.all((cap_mass >= p_rows) | (p_rows >= 1))))
-        kept = np.asarray(mask(jnp.asarray(probs), jnp.asarray(p_rows)[:, None])) > 0
+        paths.add(tuple(sorted(set(((cap_mass >= p_rows) | (p_rows >= 1)).tolist()))))
         expected = np.stack([_sorted_top_p_mask(row, p) | (p >= 1) for row, p in
                              zip(probs, p_rows)]) & (probs > 0)
+        kept = np.asarray(mask(jnp.asarray(probs), jnp.asarray(p_rows)[:, None])) > 0
         np.testing.assert_array_equal(kept, expected)
-  assert paths == {True, False}  # both the top values' path and the bisection ran
+        # [B, K, V] with one top_p per row b, as a verify call's p.
+        batched = probs.reshape(2, len(top_ps) // 2, vocab)
+        p_b = p_rows[::len(top_ps) // 2]
+        expected = np.stack([_sorted_top_p_mask(row, p) | (p >= 1) for row, p in
+                             zip(probs, np.repeat(p_b, len(top_ps) // 2))]) & (probs > 0)
+        kept = np.asarray(mask(jnp.asarray(batched), jnp.asarray(p_b)[:, None, None])) > 0
+        np.testing.assert_array_equal(kept.reshape(probs.shape), expected)
+  # Calls with every row inside, every row bisected, and both in one call ran.
+  assert paths == {(True,), (False,), (False, True)}
 
 
 @pytest.mark.parametrize('kwargs', [dict(temperature=0.0), dict(temperature=1.0, top_k=5),
