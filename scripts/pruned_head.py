@@ -68,7 +68,8 @@ def main() -> None:
   rng = jax.random.key(0)
 
   costs = {name: step_costs.measure_step_times(  # c and c_first (r(K) is the target's)
-      target, draft, inputs[:1], k_max=1, max_decode_len=args.max_decode_len,
+      target, draft, loading.trim_padding(inputs[0])[None], k_max=1,
+      max_decode_len=args.max_decode_len,
       num_steps=args.steps, repeats=args.rounds) for name, (draft, _) in heads.items()}
   print(f'{args.draft}, {TASK}/{SPLIT}, first {args.n} sentences, {jax.devices()[0].platform}\n')
   alphas = {}

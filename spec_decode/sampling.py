@@ -61,13 +61,14 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # Top-k and top-p cut the vocabulary at a threshold: the k-th largest logit, or
 # the smallest probability whose larger entries hold less than top_p. Sorting
 # the vocabulary to find it costs more than a target step on XLA:CPU, so the
-# threshold comes from `lax.top_k` over the cap largest entries whenever it
+# threshold comes from the cap largest entries (`_top_values`) whenever it
 # lies among them (always for k <= the cap), and otherwise from an exact
 # bisection over the entries' float32 bit patterns. Both give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
 # grows, the bisection several TopKs; `scripts/nucleus_mass.py` weighs the two
-# for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs: 128 beats 64
-# by 0.05-0.1 ms per gamma-4 speculative iteration; 256 and more lose).
+# for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs, before the
+# two-level TopK and the per-row bisection: 128 beat 64 by 0.05-0.1 ms per
+# gamma-4 speculative iteration; 256 and more lost).
 _TOP_K_CAP = 64
 _TOP_P_CAP = 128
 # TopK's cost grows with the vocabulary; over many blocks it runs in two small
@@ -157,25 +158,34 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
 
 
 def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
-  """[..., V] probabilities -> [..., V] with mass outside the nucleus zeroed (1 disables).
+  """Zeroes the mass outside each row's nucleus.
 
   The nucleus: the most likely tokens down to the first rank whose preceding
   mass reaches top_p, and every token tied with the last one kept. Its
   threshold comes from the cap largest values where their mass reaches top_p;
   the rows where it does not are bisected one by one, so a verify call whose
   gamma + 1 rows hold one flat distribution bisects that row alone.
+
+  Args:
+    probs: [..., V] probabilities.
+    top_p: broadcastable to [..., 1] (a scalar, or one value per row with
+      trailing 1s as `_per_row` gives it); 1 disables.
+
+  Returns:
+    [..., V] probs with the entries outside the nucleus set to 0.
   """
+  top_p = jnp.broadcast_to(top_p, probs.shape[:-1] + (1,))
   cap = min(_TOP_P_CAP, probs.shape[-1])
   values = _top_values(probs, cap)  # [..., cap] descending
-  mass_before = jnp.cumsum(values, axis=-1) - values
-  keep = probs >= jnp.min(jnp.where(mass_before < top_p, values, jnp.inf), axis=-1,
+  mass = jnp.cumsum(values, axis=-1)
+  keep = probs >= jnp.min(jnp.where(mass - values < top_p, values, jnp.inf), axis=-1,
                           keepdims=True)
-  # The nucleus ends among the top values when their mass reaches top_p.
-  inside = (jnp.sum(values, axis=-1, keepdims=True) >= top_p) | (top_p >= 1.0)  # [..., 1]
+  # The nucleus ends among the top values when their mass reaches top_p (the
+  # same cumulative sum that cut it, so the two agree to the last bit).
+  inside = (mass[..., -1:] >= top_p) | (top_p >= 1.0)  # [..., 1]
 
   def bisect_rows(keep):
-    rows = lambda x: jnp.broadcast_to(x, probs.shape[:-1] + x.shape[-1:]).reshape(
-        -1, x.shape[-1])  # [..., n] -> [R, n]
+    rows = lambda x: x.reshape(-1, x.shape[-1])  # [..., n] -> [R, n]
     flat_probs, flat_top_p, flat_inside = rows(probs), rows(top_p), rows(inside)[:, 0]
 
     def row(r, keep):

@@ -1,5 +1,6 @@
 """Tests for spec_decode.harness (alpha, step costs, walltime) with tiny random T5 models (fp32)."""
 
+import dataclasses
 import json
 import sys
 import types
@@ -131,8 +132,27 @@ def test_trim_padding_keeps_the_input_and_its_bucket():
   np.testing.assert_array_equal(loading.trim_padding(row, 4), row[:4])  # exactly full
   np.testing.assert_array_equal(loading.trim_padding(row, 16), row)  # never longer than S
   np.testing.assert_array_equal(loading.trim_padding(np.zeros(8, np.int32), 4), np.zeros(4))
+  inner = np.array([5, 0, 7, 1, 0, 0, 0, 0], np.int32)  # an interior 0 is not padding
+  np.testing.assert_array_equal(loading.trim_padding(inner, 2), inner[:4])
   with pytest.raises(ValueError, match='multiple'):
     loading.trim_padding(row, 0)
+  with pytest.raises(ValueError, match='one input'):
+    loading.trim_padding(row[None], 4)
+
+
+def test_fixed_cost_is_fit_per_input_length():
+  iterations = np.array([4, 8, 12, 5, 10, 20])
+  lengths = np.array([16, 16, 16, 32, 32, 32])
+  fixed = np.where(lengths == 16, 0.002, 0.006)
+  decoded = walltime.Decoded(seconds=fixed + 0.001 * iterations, tokens=[[1]] * 6,
+                             iterations=iterations, draft_calls=np.zeros(6),
+                             accept_histogram=np.ones(1), input_lengths=lengths)
+  assert decoded.fixed_s() == pytest.approx(0.004)
+  # One line through all of them would put part of the longer inputs' cost in the slope.
+  one_line = dataclasses.replace(decoded, input_lengths=None).fixed_s()
+  assert one_line == pytest.approx(np.polyfit(iterations, decoded.seconds, 1)[1])
+  assert abs(one_line - 0.004) > 5e-4
+  assert dataclasses.replace(decoded, iterations=np.full(6, 7)).fixed_s() == 0.0  # no slope
 
 
 def test_parse_config(tmp_path):
@@ -180,9 +200,16 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert speculative.tokens == baseline.tokens  # greedy: identical outputs
   assert speculative.accept_histogram.shape == (3,)
   assert baseline.tokens_per_call == 1.0 and speculative.tokens_per_call >= 1.0
-  # Inputs cut to their own buckets (row 0 to 5 of 8 tokens) decode as the full rows.
-  cut = walltime.time_decoding(decoders, inputs[:3], jax.random.key(0), repeats=1, multiple=5)
+  # Inputs cut to their own buckets (row 0 to 5 of 8 tokens) decode as the full rows, and
+  # each decoder meets every shape (compiles) before the timed calls.
+  calls = []
+  logged = {name: (lambda x, key, name=name: calls.append((name, x.shape)) or decode(x, key))
+            for name, decode in decoders.items()}
+  cut = walltime.time_decoding(logged, inputs[:3], jax.random.key(0), repeats=1, multiple=5)
   assert cut['baseline'].tokens == cut['speculative'].tokens == baseline.tokens
+  assert cut['baseline'].input_lengths.tolist() == [5, 8, 8]
+  assert calls[:4] == [(name, shape) for name in decoders for shape in ((1, 5), (1, 8))]
+  assert len(calls) == 4 + 2 * 3
 
   times = step_costs.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
                                verify_measured_s=np.array([1e-3, 1.1e-3, 1.2e-3]))

@@ -87,6 +87,7 @@ def test_top_values_are_top_k_values(vocab, cap):
       'last block': np.where(np.arange(vocab) >= vocab - 20, 5.0, rng.standard_normal(vocab)),
   }
   x = jnp.asarray(np.stack(list(rows.values())), jnp.float32)
+  assert -(-vocab // sampling._TOP_BLOCK) >= sampling._TOP_MIN_BLOCKS_PER_CAP * cap  # two TopKs
   got = np.asarray(jax.jit(sampling._top_values, static_argnums=1)(x, cap))
   np.testing.assert_array_equal(got, np.asarray(jax.lax.top_k(x, cap)[0]))
 
@@ -136,6 +137,20 @@ def test_top_p_mask_equals_sorted_definition(vocab):
         np.testing.assert_array_equal(kept.reshape(probs.shape), expected)
   # Calls with every row inside, every row bisected, and both in one call ran.
   assert paths == {(True,), (False,), (False, True)}
+
+
+def test_top_p_bisects_only_the_rows_that_need_it(monkeypatch):
+  # A bisection that keeps nothing: rows it touches come back empty.
+  monkeypatch.setattr(sampling, '_bisect_threshold',
+                      lambda keys, *_: jnp.full(keys.shape[:-1] + (1,), jnp.iinfo(jnp.int32).max))
+  rng = np.random.default_rng(7)
+  logits = np.stack([8.0 * rng.standard_normal(8192), 1.0 * rng.standard_normal(8192)] * 2)
+  probs = jax.nn.softmax(jnp.asarray(logits.reshape(2, 2, 8192), jnp.float32), axis=-1)
+  kept = np.asarray(jax.jit(lambda p: sampling._top_p_mask(p, 0.9))(probs)) > 0  # fresh trace
+  flat = np.asarray(probs).reshape(4, 8192)
+  np.testing.assert_array_equal(kept.reshape(4, 8192)[::2],
+                                np.stack([_sorted_top_p_mask(row, 0.9) for row in flat[::2]]))
+  assert not kept.reshape(4, 8192)[1::2].any()  # the flat rows went to the bisection
 
 
 @pytest.mark.parametrize('kwargs', [dict(temperature=0.0), dict(temperature=1.0, top_k=5),

@@ -124,7 +124,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   rng = jax.random.key(s.seed)
 
   times = step_costs.measure_step_times(
-      target, draft, loading.trim_padding(inputs[0])[None],
+      target, draft, loading.trim_padding(inputs[0])[None],  # as time_decoding cuts it
       k_max=max((s.gamma_max, *s.gammas)) + 1, max_decode_len=s.max_decode_len,
       num_steps=s.num_steps, progress=True)
   print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '

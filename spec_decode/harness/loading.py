@@ -2,7 +2,8 @@
 
 `parse_config` reads a `t5_1_1` size or a JSON file of T5Config fields,
 `load_model` a checkpoint onto it; `encode_texts` turns texts into one-shape
-encoder inputs (`trim_padding` cuts one back to its own length bucket), `detokenize` output ids back into text, and
+encoder inputs (`trim_padding` cuts one back to its own length bucket),
+`detokenize` output ids back into text, and
 `target_token_stream` a task's targets into the id stream table drafts are
 estimated from. A `Draft` is a T5Model or any provider of `spec_decode.drafts`.
 """
@@ -26,6 +27,8 @@ from spec_decode.t5.config import T5Config, t5_1_1
 
 
 BOS_ID, EOS_ID = decoding.BOS_ID, 1
+# Batch-1 timing decodes each input at its length rounded up to this (`trim_padding`).
+INPUT_BUCKET = 16
 
 
 def parse_config(spec: str, vocab_size: int = 8192, dtype: str | None = None) -> T5Config:
@@ -81,7 +84,7 @@ def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -
   return tokens
 
 
-def trim_padding(tokens: np.ndarray, multiple: int = 16) -> np.ndarray:
+def trim_padding(tokens: np.ndarray, multiple: int = INPUT_BUCKET) -> np.ndarray:
   """One encoder input without the padding beyond its own length bucket.
 
   A batch-1 decoder need not run its encoder over the padding of a batch's
@@ -90,14 +93,20 @@ def trim_padding(tokens: np.ndarray, multiple: int = 16) -> np.ndarray:
 
   Args:
     tokens: [S] int32 ids, 0-padded at the end (a row of `encode_texts`).
-    multiple: the kept length is the input's own rounded up to this.
+    multiple: the kept length is the input's own (up to its last nonzero id)
+      rounded up to this, at least `multiple`.
 
   Returns:
-    [S'] the first S' = min(S, the length rounded up to `multiple`) ids.
+    [S'] the first S' = min(S, that length) ids.
+
+  Raises:
+    ValueError: tokens that are not one row, or a multiple below 1.
   """
+  tokens = np.asarray(tokens)
+  if tokens.ndim != 1:
+    raise ValueError(f'trim_padding takes one input [S], got shape {tokens.shape}')
   if multiple < 1:
     raise ValueError(f'multiple must be >= 1, got {multiple}')
-  tokens = np.asarray(tokens)
   length = int(np.max(np.nonzero(tokens)[0], initial=-1)) + 1
   return tokens[:min(len(tokens), max(-(-length // multiple), 1) * multiple)]
 

@@ -1,9 +1,9 @@
 """Walltime (Table 2): every input decoded alone by each decoder, timed.
 
 Every input is decoded at batch 1 by the baseline and by speculative decoding
-(or T5X's own `temperature_sample` over our step function), one compiled
-function per decoder (inputs padded to one length), interleaved, the median
-over repeats per input. `summarize` compares the measured speedup with eq. (5)
+(or T5X's own `temperature_sample` over our step function), each input cut to
+its own length bucket, one compiled function per decoder and bucket,
+interleaved, the median over repeats per input. `summarize` compares the measured speedup with eq. (5)
 and splits an iteration's time into draft steps, the verify pass, the
 per-input fixed cost and the rest of the loop.
 """
@@ -40,6 +40,8 @@ class Decoded:
       over all inputs (the baseline: [target calls]).
     draft_histogram: [gamma + 1] how often 0..gamma drafts were proposed,
       over all inputs; None where the decoder does not count them.
+    input_lengths: [N] the encoder input length each input was decoded at
+      (its bucket); None: all alike.
   """
 
   seconds: np.ndarray
@@ -48,6 +50,7 @@ class Decoded:
   draft_calls: np.ndarray
   accept_histogram: np.ndarray
   draft_histogram: np.ndarray | None = None
+  input_lengths: np.ndarray | None = None
 
   @property
   def total_s(self) -> float:
@@ -66,15 +69,23 @@ class Decoded:
   def fixed_s(self) -> float:
     """Seconds per input that do not grow with the loop's iterations.
 
-    The intercept of a least-squares line through (iterations, seconds) of
-    the inputs: encoder passes, cache set-up and the call's dispatch, which
-    eq. (5) does not model. 0 when all inputs took the same number of
-    iterations (no line to fit); clipped to [0, shortest input's seconds].
+    The least-squares fit seconds = fixed(S) + iterations * per_iteration,
+    one fixed cost per encoder input length S (the encoders' cost grows with
+    it, and longer inputs give longer outputs) and one per_iteration, then
+    fixed(S) averaged over the inputs: encoder passes, cache set-up and the
+    call's dispatch, which eq. (5) does not model. 0 when the iterations do
+    not vary within any length (no slope to fit); each fixed(S) clipped to
+    [0, the shortest seconds of its inputs].
     """
-    if len(np.unique(self.iterations)) < 2:
+    groups = (np.zeros(len(self.seconds), int) if self.input_lengths is None
+              else np.unique(self.input_lengths, return_inverse=True)[1])
+    design = np.concatenate([np.eye(groups.max() + 1)[groups],
+                             self.iterations.astype(float)[:, None]], axis=1)
+    if np.linalg.matrix_rank(design) < design.shape[1]:
       return 0.0
-    _, intercept = np.polyfit(self.iterations.astype(float), self.seconds, 1)
-    return float(np.clip(intercept, 0.0, np.min(self.seconds)))
+    fixed = np.linalg.lstsq(design, self.seconds, rcond=None)[0][:-1]
+    fixed = [np.clip(f, 0.0, np.min(self.seconds[groups == g])) for g, f in enumerate(fixed)]
+    return float(np.mean(np.asarray(fixed)[groups]))
 
 
 def alpha_from_histogram(accept_histogram: Sequence[int]) -> float:
@@ -161,7 +172,7 @@ def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: 
 
 def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.ndarray,
                   rng: jax.Array, *, repeats: int = 3, progress: bool = False,
-                  multiple: int = 16) -> dict[Hashable, Decoded]:
+                  multiple: int = loading.INPUT_BUCKET) -> dict[Hashable, Decoded]:
   """Decodes each input alone with every decoder, interleaved, timed.
 
   Input i is decoded with key fold_in(rng, i) by every decoder and in every
@@ -183,7 +194,9 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
   """
   inputs = [jnp.asarray(loading.trim_padding(row, multiple)[None]) for row in encoder_input_tokens]
   keys = [jax.random.fold_in(rng, i)[None] for i in range(len(inputs))]
-  first_of_shape = {x.shape: (x, key) for x, key in reversed(list(zip(inputs, keys)))}
+  first_of_shape = {}  # shape -> the first input of that shape, to compile on
+  for x, key in zip(inputs, keys):
+    first_of_shape.setdefault(x.shape, (x, key))
   for decode in decoders.values():
     for x, key in first_of_shape.values():
       jax.block_until_ready(decode(x, key))
@@ -199,7 +212,8 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
       draft_calls=np.asarray([int(o.loop_draft_calls) for _, o in outs]),
       accept_histogram=np.sum([o.accept_histogram for _, o in outs], axis=0),
       draft_histogram=None if outs[0][1].draft_histogram is None else np.sum(
-          [o.draft_histogram for _, o in outs], axis=0))
+          [o.draft_histogram for _, o in outs], axis=0),
+      input_lengths=np.asarray([x.shape[1] for x in inputs]))
           for name, outs in records.items()}
 
 
