@@ -128,13 +128,15 @@ def test_encode_texts_and_detokenize():
 def test_trim_padding_keeps_the_input_and_its_bucket():
   row = np.array([5, 6, 7, 1, 0, 0, 0, 0, 0, 0, 0, 0], np.int32)
   np.testing.assert_array_equal(loading.trim_padding(row, 8), row[:8])
-  np.testing.assert_array_equal(loading.trim_padding(row, 3), row[:6])
-  np.testing.assert_array_equal(loading.trim_padding(row, 4), row[:4])  # exactly full
+  np.testing.assert_array_equal(loading.trim_padding(row, 3), row[:6])  # buckets 3, 6, 12
+  np.testing.assert_array_equal(loading.trim_padding(row, 1), row[:4])  # exactly full
   np.testing.assert_array_equal(loading.trim_padding(row, 16), row)  # never longer than S
   np.testing.assert_array_equal(loading.trim_padding(np.zeros(8, np.int32), 4), np.zeros(4))
   inner = np.array([5, 0, 7, 1, 0, 0, 0, 0], np.int32)  # an interior 0 is not padding
   np.testing.assert_array_equal(loading.trim_padding(inner, 2), inner[:4])
-  with pytest.raises(ValueError, match='multiple'):
+  lengths = {len(loading.trim_padding(np.arange(256) < n, 16)) for n in range(1, 257)}
+  assert lengths == {16, 32, 64, 128, 256}  # five compiled shapes for inputs of up to 256
+  with pytest.raises(ValueError, match='smallest'):
     loading.trim_padding(row, 0)
   with pytest.raises(ValueError, match='one input'):
     loading.trim_padding(row[None], 4)
@@ -205,7 +207,8 @@ def test_time_decoding_and_summary(target, draft, inputs):
   calls = []
   logged = {name: (lambda x, key, name=name: calls.append((name, x.shape)) or decode(x, key))
             for name, decode in decoders.items()}
-  cut = walltime.time_decoding(logged, inputs[:3], jax.random.key(0), repeats=1, multiple=5)
+  cut = walltime.time_decoding(logged, inputs[:3], jax.random.key(0), repeats=1,
+                               smallest_bucket=5)
   assert cut['baseline'].tokens == cut['speculative'].tokens == baseline.tokens
   assert cut['baseline'].input_lengths.tolist() == [5, 8, 8]
   assert calls[:4] == [(name, shape) for name in decoders for shape in ((1, 5), (1, 8))]

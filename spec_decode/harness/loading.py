@@ -27,7 +27,8 @@ from spec_decode.t5.config import T5Config, t5_1_1
 
 
 BOS_ID, EOS_ID = decoding.BOS_ID, 1
-# Batch-1 timing decodes each input at its length rounded up to this (`trim_padding`).
+# Batch-1 timing decodes each input in the smallest length bucket that holds it:
+# 16, 32, 64, ... tokens (`trim_padding`), one compile per bucket.
 INPUT_BUCKET = 16
 
 
@@ -84,31 +85,35 @@ def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -
   return tokens
 
 
-def trim_padding(tokens: np.ndarray, multiple: int = INPUT_BUCKET) -> np.ndarray:
+def trim_padding(tokens: np.ndarray, smallest: int = INPUT_BUCKET) -> np.ndarray:
   """One encoder input without the padding beyond its own length bucket.
 
   A batch-1 decoder need not run its encoder over the padding of a batch's
   longest input: the encoder's cost grows with the padded length, and the
-  padding is masked anyway, so the outputs are the same.
+  padding is masked anyway, so the outputs are the same. The buckets are
+  smallest, 2 x smallest, 4 x smallest, ... tokens, so that inputs of up to
+  S tokens need at most log2(S / smallest) + 1 compiled shapes.
 
   Args:
     tokens: [S] int32 ids, 0-padded at the end (a row of `encode_texts`).
-    multiple: the kept length is the input's own (up to its last nonzero id)
-      rounded up to this, at least `multiple`.
+    smallest: the smallest bucket.
 
   Returns:
-    [S'] the first S' = min(S, that length) ids.
+    [S'] the first S' ids: S' is the smallest bucket that holds the input up
+    to its last nonzero id, or S where that is shorter.
 
   Raises:
-    ValueError: tokens that are not one row, or a multiple below 1.
+    ValueError: tokens that are not one row, or a smallest bucket below 1.
   """
   tokens = np.asarray(tokens)
   if tokens.ndim != 1:
     raise ValueError(f'trim_padding takes one input [S], got shape {tokens.shape}')
-  if multiple < 1:
-    raise ValueError(f'multiple must be >= 1, got {multiple}')
-  length = int(np.max(np.nonzero(tokens)[0], initial=-1)) + 1
-  return tokens[:min(len(tokens), max(-(-length // multiple), 1) * multiple)]
+  if smallest < 1:
+    raise ValueError(f'the smallest bucket must be >= 1, got {smallest}')
+  length, bucket = int(np.max(np.nonzero(tokens)[0], initial=-1)) + 1, smallest
+  while bucket < length:
+    bucket *= 2
+  return tokens[:min(len(tokens), bucket)]
 
 
 def detokenize(ids: Sequence[int]) -> str:

@@ -172,11 +172,11 @@ def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: 
 
 def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.ndarray,
                   rng: jax.Array, *, repeats: int = 3, progress: bool = False,
-                  multiple: int = loading.INPUT_BUCKET) -> dict[Hashable, Decoded]:
+                  smallest_bucket: int = loading.INPUT_BUCKET) -> dict[Hashable, Decoded]:
   """Decodes each input alone with every decoder, interleaved, timed.
 
   Input i is decoded with key fold_in(rng, i) by every decoder and in every
-  repeat, cut to its own length rounded up to `multiple` (as a batch-1
+  repeat, cut to the smallest length bucket that holds it (as a batch-1
   server buckets its inputs: the encoders then do not run over another
   input's padding). Each decoder compiles once per padded length, before any
   timing.
@@ -187,12 +187,14 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
     rng: one PRNG key.
     repeats: timed runs per input and decoder; the median is kept.
     progress: show a progress bar.
-    multiple: the length buckets' width (`loading.trim_padding`).
+    smallest_bucket: the buckets are 1, 2, 4, ... times this many tokens
+      (`loading.trim_padding`).
 
   Returns:
     name -> Decoded.
   """
-  inputs = [jnp.asarray(loading.trim_padding(row, multiple)[None]) for row in encoder_input_tokens]
+  inputs = [jnp.asarray(loading.trim_padding(row, smallest_bucket)[None])
+            for row in encoder_input_tokens]
   keys = [jax.random.fold_in(rng, i)[None] for i in range(len(inputs))]
   first_of_shape = {}  # shape -> the first input of that shape, to compile on
   for x, key in zip(inputs, keys):
