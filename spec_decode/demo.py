@@ -114,7 +114,7 @@ def main(argv=None) -> int:
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, name, settings)
   notes = (f'Bundled demo pair, demo_ende/test_multi30k, first {args.n} sentences, batch 1 '
-           f'(each input padded to the smallest of 16, 32, 64, ... tokens that holds it), '
+           f'(each input padded to the smallest of 32, 64, 128, ... tokens that holds it), '
            f'median of {args.repeats} runs.\n\n`python -m spec_decode.demo '
            f'{" ".join(sys.argv[1:] if argv is None else argv)}`')
   paths = report.write_report(args.out_dir, title='Walltime on the bundled demo pair',
