@@ -23,13 +23,12 @@ import functools
 from typing import Callable, Sequence
 
 import numpy as np
-from rouge_score import rouge_scorer
-import sacrebleu
 import seqio
 import tensorflow as tf
 
 from spec_decode import data
 from spec_decode import distill
+from spec_decode import metrics
 
 T5_VOCAB_PATH = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 # demo_mix sees 30% of the summarization examples (a Debian description is ~4x
@@ -47,30 +46,6 @@ NUM_EXAMPLES = {
                     'test_cnndm': 200},
     'demo_multi30k': {'train': 29000, 'validation': 1014, 'test': 1000},
 }
-
-
-def bleu(targets: list[str], predictions: list[str]) -> dict[str, float]:
-  """Corpus BLEU from sacrebleu, set up as T5's `metrics.bleu`."""
-  score = sacrebleu.corpus_bleu(
-      predictions, [targets], smooth_method='exp', tokenize='intl')
-  return {'bleu': score.score}
-
-
-def rouge(targets: list[str], predictions: list[str]) -> dict[str, float]:
-  """Mean ROUGE-1/2/Lsum F-measure x 100, rouge-score's default tokenizer.
-
-  As in T5's `metrics.rouge`, " . " ends a sentence for ROUGE-Lsum; the mean
-  replaces T5's bootstrap midpoint, which it approximates.
-  """
-  keys = ('rouge1', 'rouge2', 'rougeLsum')
-  scorer = rouge_scorer.RougeScorer(keys)
-
-  def sentences(text):
-    return text.replace(' . ', ' .\n')
-
-  scores = [scorer.score(sentences(t), sentences(p))
-            for t, p in zip(targets, predictions)]
-  return {k: 100 * float(np.mean([s[k].fmeasure for s in scores])) for k in keys}
 
 
 def _features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
@@ -185,7 +160,7 @@ def _register() -> None:
           _prefix, source_key='en', target_key='de',
           prefix=data.TRANSLATION_PREFIX)] + _text_to_tokens(),
       output_features=t5_features,
-      metric_fns=[bleu])
+      metric_fns=[metrics.bleu])
   _add_task(
       'cnn_dailymail_v002',
       source=seqio.TfdsDataSource(tfds_name='cnn_dailymail:3.1.0'),
@@ -193,11 +168,11 @@ def _register() -> None:
           _prefix, source_key='article', target_key='highlights',
           prefix=data.SUMMARIZATION_PREFIX)] + _text_to_tokens(),
       output_features=t5_features,
-      metric_fns=[rouge])
+      metric_fns=[metrics.rouge])
 
   demo_features = _features(seqio.SentencePieceVocabulary(str(data.VOCAB_PATH)))
-  for task_name, metric in (('demo_ende', bleu), ('demo_multi30k', bleu),
-                            ('demo_debsum', rouge)):
+  for task_name, metric in (('demo_ende', metrics.bleu), ('demo_multi30k', metrics.bleu),
+                            ('demo_debsum', metrics.rouge)):
     _add_task(task_name, source=_local_source(task_name),
               preprocessors=_text_to_tokens(), output_features=demo_features,
               metric_fns=[metric])

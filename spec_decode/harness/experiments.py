@@ -19,9 +19,9 @@ import numpy as np
 
 from spec_decode import data
 from spec_decode import drafts
+from spec_decode import metrics
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import tasks
 from spec_decode import theory
 from spec_decode.harness import acceptance
 from spec_decode.harness import loading
@@ -30,7 +30,8 @@ from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
 
 
-METRICS = {'demo_ende': tasks.bleu, 'demo_multi30k': tasks.bleu, 'demo_debsum': tasks.rouge}
+METRICS = {'demo_ende': metrics.bleu, 'demo_multi30k': metrics.bleu,
+           'demo_debsum': metrics.rouge}
 
 
 DRAFT_KINDS = ('unigram', 'bigram', 'prompt_lookup', 'uniform')

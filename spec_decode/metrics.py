@@ -1,0 +1,36 @@
+"""Output quality as T5 scores it: corpus BLEU (translation) and ROUGE (summarization).
+
+Kept apart from `spec_decode.tasks`, which registers these as the seqio tasks'
+metric functions: importing seqio and TensorFlow takes seconds, and the
+walltime harness (the demo, the scripts) needs only the two scores.
+"""
+
+import numpy as np
+import sacrebleu
+
+
+def bleu(targets: list[str], predictions: list[str]) -> dict[str, float]:
+  """Corpus BLEU from sacrebleu, set up as T5's `metrics.bleu`."""
+  score = sacrebleu.corpus_bleu(
+      predictions, [targets], smooth_method='exp', tokenize='intl')
+  return {'bleu': score.score}
+
+
+def rouge(targets: list[str], predictions: list[str]) -> dict[str, float]:
+  """Mean ROUGE-1/2/Lsum F-measure x 100, rouge-score's default tokenizer.
+
+  As in T5's `metrics.rouge`, " . " ends a sentence for ROUGE-Lsum; the mean
+  replaces T5's bootstrap midpoint, which it approximates.
+  """
+  # Imported here: rouge-score loads NLTK (~1.5 s), which only summarization needs.
+  from rouge_score import rouge_scorer  # pylint: disable=import-outside-toplevel
+
+  keys = ('rouge1', 'rouge2', 'rougeLsum')
+  scorer = rouge_scorer.RougeScorer(keys)
+
+  def sentences(text):
+    return text.replace(' . ', ' .\n')
+
+  scores = [scorer.score(sentences(t), sentences(p))
+            for t, p in zip(targets, predictions)]
+  return {k: 100 * float(np.mean([s[k].fmeasure for s in scores])) for k in keys}
