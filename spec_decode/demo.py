@@ -113,9 +113,10 @@ def main(argv=None) -> int:
   name = f'{args.draft}, {args.head_size} ids' if args.head_size else args.draft
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, name, settings)
+  bucket = loading.INPUT_BUCKET  # walltime.time_decoding's default
   notes = (f'Bundled demo pair, demo_ende/test_multi30k, first {args.n} sentences, batch 1 '
-           f'(each input padded to the smallest of 32, 64, 128, ... tokens that holds it), '
-           f'median of {args.repeats} runs.\n\n`python -m spec_decode.demo '
+           f'(each input padded to the smallest of {bucket}, {2 * bucket}, {4 * bucket}, ... '
+           f'tokens that holds it), median of {args.repeats} runs.\n\n`python -m spec_decode.demo '
            f'{" ".join(sys.argv[1:] if argv is None else argv)}`')
   paths = report.write_report(args.out_dir, title='Walltime on the bundled demo pair',
                               alpha_rows=alpha_rows, walltime_rows=walltime_rows, timing=timing,
