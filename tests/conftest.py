@@ -1,12 +1,15 @@
-"""Settings of the test processes: XLA's backend optimisation level, test order.
+"""Settings of the test processes: XLA's compile flags, test order.
 
 Most of the suite's time is XLA compiling small loops that then run for
 milliseconds. At --xla_backend_optimization_level=0 a tiny T5 speculative loop
-compiles in 4.6 s instead of 8.2 s and runs 1.5x slower (EPYC, 2026-12-01), so
-the tests (and the subprocesses and notebook kernels they start, which inherit
-the environment) compile at level 0. Every check compares computations made
-under the same flags; benchmarks and the demo run at XLA's default level. Set
-XLA_FLAGS with any --xla_backend_optimization_level to override it.
+compiles in 4.6 s instead of 8.2 s and runs 1.5x slower (EPYC, 2026-12-01).
+With XLA:CPU's older elemental emitters (--xla_cpu_use_fusion_emitters=false)
+a tiny speculative, baseline and block loop compile in 7.3-8.7 s instead of
+14.2 s, and tests/models_test.py takes 42 s instead of 67 s (Xeon,
+2026-12-03). So the tests (and the subprocesses and notebook kernels they
+start, which inherit the environment) compile with both. Every check compares
+computations made under the same flags; benchmarks and the demo run with XLA's
+defaults. Set either flag in XLA_FLAGS to override it.
 
 loadfile (pytest.ini: -n 2 --dist loadfile) hands whole files to the workers in
 collection order; a long file collected last leaves the other worker idle
@@ -16,9 +19,10 @@ first, longest first.
 
 import os
 
-if '--xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', ''):
-  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
-                             + ' --xla_backend_optimization_level=0').strip()
+for _flag, _value in (('--xla_backend_optimization_level', '0'),
+                      ('--xla_cpu_use_fusion_emitters', 'false')):
+  if _flag not in os.environ.get('XLA_FLAGS', ''):
+    os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}={_value}".strip()
 
 SLOWEST_FIRST = ('sharding_test.py', 'notebooks_test.py', 'drafts_test.py', 'measure_test.py',
                  'infer_test.py', 'speculative_test.py', 'cli_errors_test.py', 'shapes_test.py',
