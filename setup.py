@@ -35,7 +35,7 @@ setuptools.setup(
         'rouge-score>=0.1.2',
     ],
     extras_require={
-        'test': ['pytest>=8', 'pytest-xdist>=3.5', 'nbclient>=0.10', 'nbformat>=5.10',
+        'test': ['pytest>=8', 'pytest-xdist>=3.8', 'nbclient>=0.10', 'nbformat>=5.10',
                  'ipykernel>=6.29'],
         # The Hugging Face peer: parity tests, HF export and assisted generation.
         # torch is pinned to the CPU wheel these machines keep on local disk.
