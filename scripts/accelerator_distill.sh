@@ -64,12 +64,14 @@ if [[ $small == 1 ]]; then
   m30k_greedy=demo_multi30k:train:24; deb_greedy=demo_debsum:train:8
   m30k_sampled=demo_multi30k:train:16; val=demo_ende:validation:4
   batch=8; decode_len=16; steps=${steps:-3}; batch_tokens=${batch_tokens:-512}; n_eval=4
-  checkpoint_every=1
+  # Training measures no alpha of its own (the alpha stages do) and logs every step, so that
+  # the first checkpoint comes early: CI time.
+  checkpoint_every=1; train_eval=0; log_every=1
 else
   m30k_greedy=demo_multi30k:train; deb_greedy=demo_debsum:train:5000
   m30k_sampled=demo_multi30k:train:15000; val=demo_ende:validation:200
   batch=512; decode_len=64; steps=${steps:-4000}; batch_tokens=${batch_tokens:-16384}; n_eval=200
-  checkpoint_every=100
+  checkpoint_every=100; train_eval=$n_eval; log_every=10
 fi
 target=(--config demo_target --checkpoint spec_decode/data/models/target)
 : > "$out/seconds.txt"
@@ -105,7 +107,8 @@ train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) 
     --gin.ON_POLICY_WEIGHT=0.0 --gin.NUM_STEPS="$1" --gin.BATCH_TOKENS="$batch_tokens"
     --gin.LEARNING_RATE=3e-3 --gin.WORKDIR="'$out/workdir'" --gin.EXPORT_DIR="'$out/t5x'"
     --gin.whitebox.WhiteboxConfig.eval_temperature=0.0
-    --gin.whitebox.WhiteboxConfig.eval_examples="$n_eval"
+    --gin.whitebox.WhiteboxConfig.eval_examples="$train_eval"
+    --gin.whitebox.WhiteboxConfig.log_every="$log_every"
     --gin.whitebox.WhiteboxConfig.eval_every="$(( steps > 1000 ? 1000 : steps ))"
     --gin.whitebox.WhiteboxConfig.checkpoint_every="$checkpoint_every")
 }
