@@ -3,7 +3,7 @@
 Never an exit 0 with wrong output, and never a partial file under the output
 name. All cases run in one subprocess (tests/cli_driver.py calls decode.py's
 `main` per case, real signals and a file size limit included), which saves
-the ~10 s of seqio imports a decode.py process each would cost
+the 8-9 s (imports, loading, compiling) a decode.py process each would cost
 (tests/infer_test.py runs scripts/decode.py itself, error exits included).
 """
 
