@@ -314,15 +314,18 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
         active=active, confidence_threshold=confidence_threshold, check_finite=check_finite)
 
     # 2. Verify: one target call over [last, x_1..x_gamma] (or its first K
-    #    positions) -> p [B, gamma + 1, V].
+    #    positions) -> the logits of p [B, gamma + 1, V].
     logits, target_cache = drafting.verify(target_step_fn,
                                            jnp.concatenate([last[:, None], x], axis=1),
                                            s.target_cache, steps, verify_lengths)
-    p = sampling_lib.adjust(logits, sampling)
-
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
-    n, y = speculative.accept_reject(accept_key, x, q, p, lenience, verification,
-                                     lengths=None if confidence_threshold is None else lengths)
+    #    Calls where every row is greedy skip p and the V-sized accept test.
+    proposed = None if confidence_threshold is None else lengths
+    n, y = jax.lax.cond(
+        jnp.all(sampling.temperature == 0),
+        lambda: speculative.accept_greedy(x, sampling_lib.argmax(logits), proposed),
+        lambda: speculative.accept_reject(accept_key, x, q, sampling_lib.adjust(logits, sampling),
+                                          lenience, verification, lengths=proposed))
     # The draft has seen x_1..x_{steps-1}: rows that kept all `steps` drafts
     # need x_steps fed (a row that stopped earlier fed its last draft already).
     sweep = active & (n == steps)

@@ -120,6 +120,34 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
   return n, next_token
 
 
+def accept_greedy(drafts: jax.Array, target_tokens: jax.Array,
+                  lengths: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """`accept_reject` at temperature 0, from token ids alone.
+
+  With one-hot p and q the acceptance ratio p_i(x_i) / (l q_i(x_i)) is 0 or
+  >= 1, so token verification keeps the drafts up to the first one that is not
+  the target's argmax, and the residual max(0, p - l q) after it is the one-hot
+  of the target's argmax. Block verification keeps the same prefix: w_i is 1
+  while every draft matched and 0 after, and h_i is 1 exactly where the next
+  draft misses. So for any lenience and either rule this is accept_reject's
+  (n, next_token) on the one-hot distributions, without their V-sized work.
+
+  Args:
+    drafts: [B, gamma] int32 drafted tokens (the draft's argmaxes).
+    target_tokens: [B, gamma + 1] int32 the target's argmax at each position.
+    lengths: optional [B] int32 in 1..gamma: drafts proposed per row.
+
+  Returns:
+    n: [B] int32 accepted drafts; next_token: [B] int32 target_tokens[:, n].
+  """
+  gamma = drafts.shape[1]
+  matched = drafts == target_tokens[:, :gamma]
+  if lengths is not None:
+    matched &= jnp.arange(gamma)[None, :] < lengths[:, None]
+  n = jnp.sum(jnp.cumprod(matched, axis=-1), axis=-1).astype(jnp.int32)
+  return n, jnp.take_along_axis(target_tokens, n[:, None], axis=1)[:, 0]
+
+
 def block_weights(ratio: jax.Array, q: jax.Array, p: jax.Array,
                   lenience: float | jax.Array = 1.0) -> tuple[jax.Array, jax.Array]:
   """Block verification's weights w and stop probabilities h.

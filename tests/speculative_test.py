@@ -102,6 +102,25 @@ def test_greedy_accepts_matching_prefix_and_corrects_first_mismatch():
   np.testing.assert_array_equal(y, [4, 5, 3])
 
 
+@pytest.mark.parametrize('verification', ['token', 'block'])
+@pytest.mark.parametrize('lenience', [1.0, 0.5])
+@pytest.mark.parametrize('adaptive', [False, True])
+def test_accept_greedy_is_accept_reject_on_one_hot_distributions(verification, lenience, adaptive):
+  """The loop's temperature-0 path decides exactly what accept_reject decides."""
+  rows, gamma, vocab = 400, 4, 3  # a small vocabulary: many matches, all patterns
+  rng = np.random.default_rng(0)
+  target = jnp.asarray(rng.integers(0, vocab, (rows, gamma + 1)), jnp.int32)
+  drafts = jnp.asarray(rng.integers(0, vocab, (rows, gamma)), jnp.int32)
+  lengths = jnp.asarray(rng.integers(1, gamma + 1, rows), jnp.int32) if adaptive else None
+  n, y = speculative.accept_reject(jax.random.split(jax.random.key(1), rows), drafts,
+                                   jax.nn.one_hot(drafts, vocab), jax.nn.one_hot(target, vocab),
+                                   lenience, verification, lengths=lengths)
+  n_greedy, y_greedy = speculative.accept_greedy(drafts, target, lengths)
+  np.testing.assert_array_equal(n_greedy, n)
+  np.testing.assert_array_equal(y_greedy, y)
+  assert len(np.unique(np.asarray(n))) == gamma + 1  # every prefix length occurred
+
+
 def test_draft_with_zero_draft_probability_is_judged_by_p():
   """A proposal outside q's support is accepted iff the target allows it."""
   p = jnp.array([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])
