@@ -21,7 +21,8 @@ One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
   2. one target call over K = gamma + 1 positions (or the smallest of
      `verify_lengths` >= steps + 1) gives p_1..p_{steps+1};
   3. `accept_reject` (token or block verification) keeps n drafts and draws
-     the target's own token;
+     the target's own token (`accept_greedy`, from token ids, when every row
+     is greedy);
   4. each row advances by its own count and both caches are rewound per row.
 A row that kept all `steps` drafts leaves the draft one token behind
 (x_steps unseen); one more draft call catches it up, only in iterations where
