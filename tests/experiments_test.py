@@ -17,6 +17,7 @@ from spec_decode.harness import lenience_sweep
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import verification_sweep
+from spec_decode.harness import walltime
 from spec_decode.t5 import t5_1_1
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
@@ -166,6 +167,41 @@ def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):
   knobs = [(r['temperature'], r['top_k'], r['top_p']) for r in walltime_rows]
   assert knobs == [(0.0, 0, 1.0), (1.0, 40, 1.0), (1.0, 0, 0.9)]
   assert [report.knobs_label(r) for r in alpha_rows] == ['T=0', 'T=1 top_k=40', 'T=1 top_p=0.9']
+
+
+def test_walltime_experiment_times_every_setting_in_one_interleaved_run(target, monkeypatch):
+  calls = []
+  time_decoding = walltime.time_decoding
+
+  def recording(decoders, *args, **kwargs):
+    calls.append(sorted(decoders))
+    return time_decoding(decoders, *args, **kwargs)
+
+  monkeypatch.setattr(walltime, 'time_decoding', recording)
+  settings = experiments.WalltimeSettings(n=2, temperatures=(1.0,), gamma_max=1, gammas=(),
+                                          max_input_len=32, max_decode_len=6, batch_size=2,
+                                          repeats=1, num_steps=2, truncations=((40, 1.0),))
+  _, rows, _ = experiments.walltime_experiment(
+      target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
+  assert calls == [[('T=1', 'baseline'), ('T=1', 'gamma=1'), ('T=1 top_k=40', 'baseline'),
+                    ('T=1 top_k=40', 'gamma=1')]]
+  plain, top_k = rows
+  assert 'speedup_over_plain' not in plain
+  assert top_k['speedup_over_plain'] == top_k['measured_speedup'] / plain['measured_speedup']
+  assert top_k['baseline_over_plain'] == top_k['baseline_token_ms'] / plain['baseline_token_ms']
+
+
+def test_knob_ratios_pair_chosen_rows_of_one_temperature():
+  row = lambda t, k, p, chosen, speedup, ms: dict(
+      task='a', draft='d', temperature=t, top_k=k, top_p=p, chosen=chosen,
+      measured_speedup=speedup, baseline_token_ms=ms)
+  rows = [row(1.0, 0, 1.0, True, 2.0, 4.0), row(1.0, 0, 1.0, False, 9.0, 9.0),
+          row(1.0, 40, 1.0, True, 1.5, 5.0), row(1.0, 0, 0.9, False, 1.0, 1.0),
+          row(0.5, 40, 1.0, True, 1.0, 1.0)]
+  experiments.add_knob_ratios(rows)
+  assert (rows[2]['speedup_over_plain'], rows[2]['baseline_over_plain']) == (0.75, 1.25)
+  # unchosen rows, the plain row itself and a temperature without a plain row get nothing
+  assert not any('speedup_over_plain' in rows[i] for i in (0, 1, 3, 4))
 
 
 def test_every_local_task_has_a_metric():

@@ -90,6 +90,19 @@ def test_write_report_writes_every_file(tmp_path):
   assert results['walltime'] == WALLTIME_ROWS and results['timing'] == TIMING
 
 
+def test_knob_rows_get_a_section_against_plain_sampling(tmp_path):
+  plain = _walltime_row(1.0, 2, True, 1.25)
+  top_k = dict(_walltime_row(1.0, 2, True, 1.0), top_k=40, speedup_over_plain=0.8,
+               baseline_over_plain=1.1)
+  report.write_report(tmp_path, title='t', walltime_rows=[plain, top_k], timing=TIMING)
+  md = (tmp_path / 'report.md').read_text()
+  section = md.split('### top-k and top-p against plain sampling')[1].split('###')[0]
+  assert '| demo_ende | nano | T=1 top_k=40 | 2 | 1.00X | 0.800 | 1.100 |' in section
+  assert '| T=1 | ' not in section  # the plain row is the reference, not a row
+  report.write_report(tmp_path, title='t', walltime_rows=[plain], timing=TIMING)
+  assert 'against plain sampling' not in (tmp_path / 'report.md').read_text()
+
+
 def test_alpha_only_report(tmp_path):
   paths = report.write_report(tmp_path, title='alpha', alpha_rows=ALPHA_ROWS)
   assert {p.name for p in paths} == {'report.md', 'results.json', 'table3_alpha.csv'}

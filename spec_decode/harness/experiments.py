@@ -1,9 +1,9 @@
 """Table 2 on one (target, draft) pair: what the demo and scripts/walltime.py run.
 
 `walltime_experiment` measures c and r(K); per sampling setting it measures
-alpha on the inputs, chooses gamma by eq. (5) with the measured r and
-c_first, times the baseline and speculative decoding at batch 1, and scores
-both outputs (BLEU or ROUGE). Its records feed `report.write_report`. The
+alpha on the inputs and chooses gamma by eq. (5) with the measured r and
+c_first; then it times every setting's baseline and speculative decoders at
+batch 1 in one interleaved run, and scores the outputs (BLEU or ROUGE). Its records feed `report.write_report`. The
 draft is a T5Model or any provider of `spec_decode.drafts` (`draft_provider`
 builds one by name); `task_inputs` and `output_quality` are shared with the lenience
 and batch sweeps.
@@ -119,6 +119,10 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   """Runs Table 2 for one pair; returns (alpha rows, walltime rows, timing row).
 
   The draft is a T5Model or a draft provider (a table or prompt lookup: c ~ 0).
+  Every sampling setting's decoders (baseline, each gamma) are timed in one
+  interleaved run (`walltime.time_decoding`), so that the settings' speedups,
+  and their ratios (`add_knob_ratios`), are not measured minutes apart on a
+  machine whose speed drifts.
   """
   s = settings
   inputs, references = task_inputs(s.task, s.split, s.n, s.max_input_len)
@@ -131,7 +135,8 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '
         f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
-  alpha_rows, walltime_rows = [], []
+  alpha_rows, settings_ = [], []  # settings_: (knobs, alpha, best gamma, gammas)
+  decoders = {}
   for temperature, top_k, top_p in s.sampling_settings():
     knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     sampling = sampling_lib.SamplingParams.create(**knobs)
@@ -145,41 +150,64 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
     best, predicted = theory.best_gamma(stats.alpha, times.c, s.gamma_max, times.r,
                                         times.c_first)
     best = int(best)
-    print(f'{report.knobs_label(knobs)}: alpha {stats.alpha:.4f}, best gamma {best} '
+    label = report.knobs_label(knobs)
+    print(f'{label}: alpha {stats.alpha:.4f}, best gamma {best} '
           f'(predicted {float(predicted):.2f}X)', file=sys.stderr)
-
     gammas = sorted(set(s.gammas) | {best})
-    decoders = {'baseline': walltime.baseline_decoder(
-        target, max_decode_len=s.max_decode_len, sampling=sampling)}
+    settings_.append((knobs, stats.alpha, best, gammas))
+    decoders[label, 'baseline'] = walltime.baseline_decoder(
+        target, max_decode_len=s.max_decode_len, sampling=sampling)
     if s.t5x_baseline:
-      decoders['t5x'] = walltime.t5x_baseline_decoder(
+      decoders[label, 't5x'] = walltime.t5x_baseline_decoder(
           target, max_decode_len=s.max_decode_len, sampling=sampling)
-    decoders.update({f'gamma={g}': walltime.speculative_decoder(
+    decoders.update({(label, f'gamma={g}'): walltime.speculative_decoder(
         target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling)
                      for g in gammas})
-    decoded = walltime.time_decoding(decoders, inputs, rng, repeats=s.repeats, progress=True)
-    baseline = decoded['baseline']
+  decoded = walltime.time_decoding(decoders, inputs, rng, repeats=s.repeats, progress=True)
+
+  walltime_rows = []
+  for knobs, alpha, best, gammas in settings_:
+    label = report.knobs_label(knobs)
+    baseline = decoded[label, 'baseline']
     if s.t5x_baseline:
-      t5x = decoded.pop('t5x')
+      t5x = decoded[label, 't5x']
       same = np.mean([a == b for a, b in zip(t5x.tokens, baseline.tokens)])
       ratio = tokens_per_second(baseline) / tokens_per_second(t5x)
-      print(f'  T5X temperature_sample: {ratio:.2f}x our baseline\'s time per token; outputs '
-            f'equal ours: {same:.2f}',
-            file=sys.stderr)
-    quality = {name: output_quality(s.task, references, out.tokens)
-               for name, out in decoded.items()}
+      print(f'{label}: T5X temperature_sample: {ratio:.2f}x our baseline\'s time per token; '
+            f'outputs equal ours: {same:.2f}', file=sys.stderr)
+    quality = {g: output_quality(s.task, references, decoded[label, f'gamma={g}'].tokens)
+               for g in gammas}
+    quality_baseline = output_quality(s.task, references, baseline.tokens)
     for g in gammas:
       row = dict(task=s.task, draft=draft_name, **knobs, chosen=g == best,
-                 **walltime.summarize(baseline, decoded[f'gamma={g}'], gamma=g, alpha=stats.alpha,
-                                      times=times))
-      row['metrics'] = ' '.join(quality['baseline'])
-      for metric, value in quality['baseline'].items():
-        row.update({f'{metric}_baseline': value,
-                    f'{metric}_speculative': quality[f'gamma={g}'][metric]})
+                 **walltime.summarize(baseline, decoded[label, f'gamma={g}'], gamma=g,
+                                      alpha=alpha, times=times))
+      row['metrics'] = ' '.join(quality_baseline)
+      for metric, value in quality_baseline.items():
+        row.update({f'{metric}_baseline': value, f'{metric}_speculative': quality[g][metric]})
       walltime_rows.append(row)
-      print(f'  gamma {g}: {row["measured_speedup"]:.2f}X measured, '
+      print(f'{label}, gamma {g}: {row["measured_speedup"]:.2f}X measured, '
             f'{row["predicted_speedup"]:.2f}X predicted', file=sys.stderr)
+  add_knob_ratios(walltime_rows)
   return alpha_rows, walltime_rows, times.row()
+
+
+def add_knob_ratios(rows: list[dict]) -> None:
+  """Adds each chosen top-k/top-p row's speedup and baseline cost over plain sampling's.
+
+  For a chosen row with top_k or top_p, and a chosen row of plain sampling at
+  the same temperature and task/draft: `speedup_over_plain` (its measured
+  speedup over the plain row's) and `baseline_over_plain` (its baseline
+  ms/token over the plain row's). Rows from one `walltime_experiment` come from
+  one interleaved run.
+  """
+  plain = {(r['task'], r['draft'], r['temperature']): r for r in rows
+           if r['chosen'] and r.get('top_k', 0) == 0 and r.get('top_p', 1.0) == 1.0}
+  for row in rows:
+    reference = plain.get((row['task'], row['draft'], row['temperature']))
+    if row['chosen'] and reference is not None and reference is not row:
+      row['speedup_over_plain'] = row['measured_speedup'] / reference['measured_speedup']
+      row['baseline_over_plain'] = row['baseline_token_ms'] / reference['baseline_token_ms']
 
 
 def tokens_per_second(decoded: walltime.Decoded) -> float:
