@@ -7,6 +7,13 @@ r"""Prints the decoding loops' own work per iteration, with model calls that cos
 What a speculative iteration costs beyond its draft steps and verify call
 (sampling over the vocabulary, the accept test, bookkeeping): eq. (5) counts
 none of it. Compare it with the target step time of `scripts/walltime.py`.
+
+These loops run warm: nothing evicts their code or data between iterations. In
+a real loop every target call streams the target's weights through the CPU
+cache, and the same work then costs several times more: on the EPYC
+(2026-12-03) top_k 40 added 0.24-0.54 ms and top_p 0.9 0.52-0.81 ms to a real
+gamma-4 iteration, against 0.06-0.09 and 0.20-0.45 ms here. `scripts/speed_check.py`
+and the demo time the real loops.
 """
 
 import argparse
