@@ -128,9 +128,12 @@ def accept_greedy(drafts: jax.Array, target_tokens: jax.Array,
   >= 1, so token verification keeps the drafts up to the first one that is not
   the target's argmax, and the residual max(0, p - l q) after it is the one-hot
   of the target's argmax. Block verification keeps the same prefix: w_i is 1
-  while every draft matched and 0 after, and h_i is 1 exactly where the next
-  draft misses. So for any lenience and either rule this is accept_reject's
-  (n, next_token) on the one-hot distributions, without their V-sized work.
+  while every draft matched and 0 after, so h_i is 0 past the matched prefix,
+  and 1 at its end j (r_j = 1 where the next draft misses; h_gamma = w_gamma
+  after a sweep), so the largest i with eta_i < h_i is j; there w_j = 1. So
+  for any lenience and either rule this is accept_reject's (n, next_token) on
+  the one-hot distributions, without their V-sized work; adaptive lengths
+  (q and the ratio 0 past them) end the prefix the same way.
 
   Args:
     drafts: [B, gamma] int32 drafted tokens (the draft's argmaxes).

@@ -3,10 +3,10 @@
 `walltime_experiment` measures c and r(K); per sampling setting it measures
 alpha on the inputs and chooses gamma by eq. (5) with the measured r and
 c_first; then it times every setting's baseline and speculative decoders at
-batch 1 in one interleaved run, and scores the outputs (BLEU or ROUGE). Its records feed `report.write_report`. The
-draft is a T5Model or any provider of `spec_decode.drafts` (`draft_provider`
-builds one by name); `task_inputs` and `output_quality` are shared with the lenience
-and batch sweeps.
+batch 1 in one interleaved run, and scores the outputs (BLEU or ROUGE). Its
+records feed `report.write_report`. The draft is a T5Model or any provider of
+`spec_decode.drafts` (`draft_provider` builds one by name); `task_inputs` and
+`output_quality` are shared with the lenience and batch sweeps.
 """
 
 import dataclasses
