@@ -4,12 +4,14 @@ r"""Measures c, r(K) and the walltime speedup of a draft (the paper's Table 2).
       --draft_config nano --draft_checkpoint /ckpt/draft --task demo_ende \
       --split test_multi30k --n 100 --temperatures 0 1 --gammas 1 2 3 5 --out_dir out/walltime
 
-Per temperature (and at temperature 1 with each --truncations top_k,top_p pair): alpha from one teacher-forced pass over the target's outputs
-on the same inputs, gamma = theory.best_gamma(alpha, c, verify_cost=r), then
-every input decoded alone (batch 1) by the baseline and by speculative
-decoding at that gamma and at each --gammas, compile excluded, median over
---repeats (spec_decode.harness). Writes report.md, the CSVs, results.json and
-the plots to --out_dir.
+Per temperature (and at temperature 1 with each --truncations top_k,top_p
+pair): alpha from one teacher-forced pass over the target's outputs on the
+same inputs and gamma = theory.best_gamma(alpha, c, verify_cost=r). Then every
+input is decoded alone (batch 1) by each setting's baseline and speculative
+decoding at that gamma and at each --gammas, all settings' decoders in turn
+(one interleaved run), compile excluded, median over --repeats
+(spec_decode.harness). Writes report.md, the CSVs, results.json and the plots
+to --out_dir; the report compares top-k/top-p with plain sampling.
 """
 
 import argparse
