@@ -20,9 +20,8 @@ One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
      proposing its first lengths[b] (spec_decode.drafting);
   2. one target call over K = gamma + 1 positions (or the smallest of
      `verify_lengths` >= steps + 1) gives p_1..p_{steps+1};
-  3. `accept_reject` (token or block verification) keeps n drafts and draws
-     the target's own token (`accept_greedy`, from token ids, when every row
-     is greedy);
+  3. `speculative.accept` (token or block verification) keeps n drafts and
+     draws the target's own token;
   4. each row advances by its own count and both caches are rewound per row.
 A row that kept all `steps` drafts leaves the draft one token behind
 (x_steps unseen); one more draft call catches it up, only in iterations where
@@ -320,13 +319,8 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
                                            jnp.concatenate([last[:, None], x], axis=1),
                                            s.target_cache, steps, verify_lengths)
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
-    #    Calls where every row is greedy skip p and the V-sized accept test.
-    proposed = None if confidence_threshold is None else lengths
-    n, y = jax.lax.cond(
-        jnp.all(sampling.temperature == 0),
-        lambda: speculative.accept_greedy(x, sampling_lib.argmax(logits), proposed),
-        lambda: speculative.accept_reject(accept_key, x, q, sampling_lib.adjust(logits, sampling),
-                                          lenience, verification, lengths=proposed))
+    n, y = speculative.accept(accept_key, x, q, logits, sampling, lenience, verification,
+                              lengths=None if confidence_threshold is None else lengths)
     # The draft has seen x_1..x_{steps-1}: rows that kept all `steps` drafts
     # need x_steps fed (a row that stopped earlier fed its last draft already).
     sweep = active & (n == steps)

@@ -122,9 +122,8 @@ def main(argv=None) -> int:
                               alpha_rows=alpha_rows, walltime_rows=walltime_rows, timing=timing,
                               notes=notes)
   print(report.markdown_table(walltime_rows, report.WALLTIME_COLUMNS))
-  knob_rows = [row for row in walltime_rows if 'speedup_over_plain' in row]
-  if knob_rows:
-    print('\n' + report.markdown_table(knob_rows, report.KNOB_COLUMNS))
+  if report.knob_rows(walltime_rows):
+    print('\n' + report.markdown_table(report.knob_rows(walltime_rows), report.KNOB_COLUMNS))
   print(f'\nfull report: {paths[0]}')
   return 0
 

@@ -52,6 +52,11 @@ class SamplingParams:
         top_p=jnp.asarray(top_p, jnp.float32))
 
 
+def all_greedy(params: SamplingParams) -> jax.Array:
+  """[] bool: every row decodes at temperature 0 (traced: decided per call, not per trace)."""
+  return jnp.all(params.temperature == 0)
+
+
 def _per_row(value: jax.Array, ndim: int) -> jax.Array:
   """[] or [B] -> broadcastable against [B, ..., V] with `ndim` dims."""
   value = jnp.asarray(value)
@@ -246,7 +251,7 @@ def adjust(logits: jax.Array, params: SamplingParams) -> jax.Array:
                         lambda x: jnp.where(temperature > 0, x, greedy()), lambda x: x, probs)
 
   # Branches are chosen per call, not per trace: all-greedy calls skip the softmax.
-  return jax.lax.cond(jnp.all(temperature == 0), greedy, truncated_softmax)
+  return jax.lax.cond(all_greedy(params), greedy, truncated_softmax)
 
 
 def draw(key: jax.Array, logits: jax.Array,
@@ -272,7 +277,7 @@ def draw(key: jax.Array, logits: jax.Array,
     probs = adjust(logits, params)
     return probs, sample(key, probs)
 
-  return jax.lax.cond(jnp.all(params.temperature == 0), greedy, sampled)
+  return jax.lax.cond(all_greedy(params), greedy, sampled)
 
 
 # Inverse-CDF sampling scans the vocabulary in blocks of this many entries: a

@@ -120,6 +120,30 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
   return n, next_token
 
 
+def accept(key: jax.Array, drafts: jax.Array, q: jax.Array, target_logits: jax.Array,
+           params: sampling.SamplingParams, lenience: float | jax.Array = 1.0,
+           verification: str = 'token',
+           lengths: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """Steps 3-4 from the target's logits: p = sampling.adjust, then accept_reject.
+
+  Calls where every row is greedy take `accept_greedy` on the target's argmax
+  instead: the same decision, without building p or the V-sized test.
+
+  Args:
+    key, drafts, q, lenience, verification, lengths: as for accept_reject.
+    target_logits: [B, gamma + 1, V] the verify call's logits.
+    params: the sampling knobs (p gets the same ones as q).
+
+  Returns:
+    n: [B] int32 accepted drafts; next_token: [B] int32.
+  """
+  return jax.lax.cond(
+      sampling.all_greedy(params),
+      lambda: accept_greedy(drafts, sampling.argmax(target_logits), lengths),
+      lambda: accept_reject(key, drafts, q, sampling.adjust(target_logits, params), lenience,
+                            verification, lengths))
+
+
 def accept_greedy(drafts: jax.Array, target_tokens: jax.Array,
                   lengths: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """`accept_reject` at temperature 0, from token ids alone.

@@ -121,6 +121,21 @@ def test_accept_greedy_is_accept_reject_on_one_hot_distributions(verification, l
   assert len(np.unique(np.asarray(n))) == gamma + 1  # every prefix length occurred
 
 
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_accept_from_logits_is_adjust_then_accept_reject(temperature):
+  """The loop's step 3 decides as accept_reject on the adjusted p, greedy or not."""
+  rows, gamma, vocab = 300, 3, 4
+  rng = np.random.default_rng(1)
+  params = sampling.SamplingParams.create(temperature)
+  logits = jnp.asarray(rng.standard_normal((rows, gamma + 1, vocab)), jnp.float32)
+  q = sampling.adjust(jnp.asarray(rng.standard_normal((rows, gamma, vocab)), jnp.float32), params)
+  drafts = jnp.asarray(rng.integers(0, vocab, (rows, gamma)), jnp.int32)
+  keys = jax.random.split(jax.random.key(2), rows)
+  expected = speculative.accept_reject(keys, drafts, q, sampling.adjust(logits, params))
+  for got, want in zip(speculative.accept(keys, drafts, q, logits, params), expected):
+    np.testing.assert_array_equal(got, want)
+
+
 def test_draft_with_zero_draft_probability_is_judged_by_p():
   """A proposal outside q's support is accepted iff the target allows it."""
   p = jnp.array([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])

@@ -156,10 +156,15 @@ BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
 
 
 KNOB_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
-    ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
+    WALLTIME_COLUMNS[6],  # speedup
     ("over plain sampling's", lambda r: f'{r["speedup_over_plain"]:.3f}'),
     ("baseline ms/token over plain sampling's", lambda r: f'{r["baseline_over_plain"]:.3f}'),
 )
+
+
+def knob_rows(rows: Iterable[Row]) -> list[Row]:
+  """The rows that carry a top-k/top-p comparison with plain sampling (`add_knob_ratios`)."""
+  return [row for row in rows if 'speedup_over_plain' in row]
 
 
 def _measured_verify_ms(timing: Row) -> list[float]:
@@ -314,13 +319,13 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
         'against iterations over the inputs) spread over the iterations, and the rest of the '
         "loop's work. Eq. (5) models the loops alone: compare it with the loop speedup.\n\n"
         + markdown_table(chosen, BREAKDOWN_COLUMNS))
-    knob_rows = [row for row in chosen if 'speedup_over_plain' in row]
-    if knob_rows:
+    knobs = knob_rows(chosen)
+    if knobs:
       sections.append(
           '### top-k and top-p against plain sampling\n\n'
           "Each row's speculative speedup and its baseline's ms per token over those of plain "
           'sampling at the same temperature (chosen gammas), from the same interleaved run.\n\n'
-          + markdown_table(knob_rows, KNOB_COLUMNS))
+          + markdown_table(knobs, KNOB_COLUMNS))
     sections.append('### gamma sweep\n\n' + markdown_table(walltime_rows, SWEEP_COLUMNS))
     plots = []
     for group in dict.fromkeys(map(_group, walltime_rows)):

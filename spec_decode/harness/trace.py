@@ -2,7 +2,7 @@
 
 `trace_speculative` records each iteration's drafts, accepted count and the
 target's own token. It runs the engine's pieces (T5Model.start's step
-functions, sampling.adjust/sample, speculative.accept_reject) with the
+functions, sampling.adjust/sample, speculative.accept) with the
 engine's PRNG splits, so its tokens equal models.speculative_generate's for
 the same key. `plot_trace` draws it (Figure 1 of the paper).
 """
@@ -63,10 +63,7 @@ def _adjust_and_sample(key: jax.Array, logits: jax.Array,
   return sampling_lib.sample(key, probs), probs
 
 
-_adjust = jax.jit(sampling_lib.adjust)
-
-
-_accept_reject = jax.jit(speculative.accept_reject)
+_accept = jax.jit(speculative.accept)
 
 
 def trace_speculative(target: models.T5Model, draft: models.T5Model,
@@ -123,10 +120,9 @@ def trace_speculative(target: models.T5Model, draft: models.T5Model,
     # 2. One target call over [last, x_1..x_gamma].
     logits, target_cache = _step(target, inputs, jnp.asarray([[last] + drafts], jnp.int32),
                                  target_cache)
-    p = _adjust(logits, sampling)  # [1, gamma + 1, V]
 
     # 3. Accept a prefix, draw the target's own token.
-    n, y = _accept_reject(accept_key, x, jnp.stack(qs, axis=1), p, 1.0)
+    n, y = _accept(accept_key, x, jnp.stack(qs, axis=1), logits, sampling)
     n, y = int(n[0]), int(y[0])
     if n == gamma:  # The draft has not seen x_gamma yet.
       _, draft_cache = _step(draft, inputs, x[:, -1:], draft_cache)
