@@ -120,8 +120,10 @@ def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
 
   Needs `t5x` (not on PyPI; researchers with TPUs have it). Its
   `tokens_to_logits` is our step function over our explicit cache, so the
-  comparison isolates the decoding loop. top-k is not supported (T5X's is
-  static); top-p is passed through.
+  comparison isolates the decoding loop. The target's weights are arguments
+  of the compiled program, as in `models.generate` (closed over, they would be
+  constants, which XLA:CPU treats differently). top-k is not supported (T5X's
+  is static); top-p is passed through.
 
   Raises:
     ImportError: t5x is not importable.
@@ -134,7 +136,7 @@ def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
   top_p = float(np.asarray(sampling.top_p))
 
   @jax.jit
-  def decode(inputs: jax.Array, keys: jax.Array) -> decoding.DecodeOutput:
+  def decode(target, inputs: jax.Array, keys: jax.Array) -> decoding.DecodeOutput:
     step_fn, cache = target.start(inputs, decoding.cache_length(max_decode_len))
 
     def tokens_to_logits(state):
@@ -155,7 +157,7 @@ def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
         draft_calls=jnp.zeros_like(lengths), accept_histogram=jnp.sum(lengths)[None],
         loop_target_calls=calls, loop_draft_calls=jnp.zeros((), jnp.int32))
 
-  return decode
+  return lambda inputs, keys: decode(target, inputs, keys)
 
 
 def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: int,
