@@ -324,6 +324,17 @@ def test_t5x_baseline_adapter_decodes_as_our_baseline(target, inputs, monkeypatc
                                   sampling=sampling_lib.SamplingParams.create(1.0, top_k=5))
 
 
+def test_t5x_baseline_adapter_takes_the_weights_as_program_arguments(target, inputs, monkeypatch):
+  # Closed over, the weights would be constants of T5X's program and not of
+  # ours: XLA:CPU runs those differently, and the comparison would not be like for like.
+  _fake_t5x(monkeypatch)
+  decode = walltime.t5x_baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,
+                                         sampling=sampling_lib.SamplingParams.create())
+  jaxpr = jax.make_jaxpr(decode)(jnp.asarray(inputs[:1]), jax.random.key(0)[None])
+  (call,) = [e for e in jaxpr.eqns if e.primitive.name in ('jit', 'pjit')]
+  assert len(call.invars) == len(jax.tree_util.tree_leaves(target)) + 2  # weights, inputs, keys
+
+
 @pytest.mark.parametrize('gamma, temperature, knobs', [
     (0, 1.0, {}), (4, 0.0, {}), (0, 1.0, dict(top_p=0.9)),
     (2, 1.0, dict(top_k=5, logit_scale=8.0)), (2, 1.0, dict(top_p=0.9))])
