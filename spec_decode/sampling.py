@@ -230,28 +230,46 @@ def adjust(logits: jax.Array, params: SamplingParams) -> jax.Array:
     [B, ..., V] float32 probabilities summing to 1 along the last axis. At
     temperature 0 this is the one-hot of the argmax (first index on ties).
   """
+  # Branches are chosen per call, not per trace: all-greedy calls skip the softmax.
+  return jax.lax.cond(all_greedy(params), lambda: _greedy(logits)[0],
+                      lambda: adjust_sampled(logits, params))
+
+
+def adjust_sampled(logits: jax.Array, params: SamplingParams) -> jax.Array:
+  """`adjust` for a call where some row samples (temperature > 0).
+
+  The branch of `adjust` that callers who already took the all-greedy branch
+  themselves (`draw`, `speculative.accept`) call directly, so that a decoding
+  step tests `all_greedy` once. Greedy rows among sampled ones still get their
+  one-hot; in an all-greedy call the result is the same one-hots, after a
+  softmax that `adjust` skips.
+
+  Args, Returns: as `adjust`.
+  """
   logits = logits.astype(jnp.float32)
   ndim = logits.ndim
   temperature = _per_row(params.temperature, ndim)
   top_k = _per_row(params.top_k, ndim)
   top_p = _per_row(params.top_p, ndim)
-  greedy = lambda: jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.float32)
 
   def nucleus(probs):
     probs = _top_p_mask(probs, top_p)
     return probs / jnp.sum(probs, axis=-1, keepdims=True)
 
-  def truncated_softmax():
-    # Skip top-k, top-p and greedy rows at run time when no row needs them.
-    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
-    scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
-    probs = jax.nn.softmax(scaled, axis=-1)
-    probs = jax.lax.cond(jnp.any(top_p < 1.0), nucleus, lambda x: x, probs)
-    return jax.lax.cond(jnp.any(temperature == 0),
-                        lambda x: jnp.where(temperature > 0, x, greedy()), lambda x: x, probs)
+  # Skip top-k, top-p and greedy rows at run time when no row needs them.
+  scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
+  scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
+  probs = jax.nn.softmax(scaled, axis=-1)
+  probs = jax.lax.cond(jnp.any(top_p < 1.0), nucleus, lambda x: x, probs)
+  return jax.lax.cond(jnp.any(temperature == 0),
+                      lambda x: jnp.where(temperature > 0, x, _greedy(logits)[0]), lambda x: x,
+                      probs)
 
-  # Branches are chosen per call, not per trace: all-greedy calls skip the softmax.
-  return jax.lax.cond(all_greedy(params), greedy, truncated_softmax)
+
+def _greedy(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """[..., V] logits -> (the one-hot of the argmax [..., V] float32, the argmax [...] int32)."""
+  token = argmax(logits.astype(jnp.float32))
+  return jax.nn.one_hot(token, logits.shape[-1], dtype=jnp.float32), token
 
 
 def draw(key: jax.Array, logits: jax.Array,
@@ -269,15 +287,11 @@ def draw(key: jax.Array, logits: jax.Array,
     softmax and the sampler: the argmax is what `sample` draws from its one-hot.
   """
 
-  def greedy():
-    token = argmax(logits.astype(jnp.float32))
-    return jax.nn.one_hot(token, logits.shape[-1], dtype=jnp.float32), token
-
   def sampled():
-    probs = adjust(logits, params)
+    probs = adjust_sampled(logits, params)
     return probs, sample(key, probs)
 
-  return jax.lax.cond(all_greedy(params), greedy, sampled)
+  return jax.lax.cond(all_greedy(params), lambda: _greedy(logits), sampled)
 
 
 # Inverse-CDF sampling scans the vocabulary in blocks of this many entries: a

@@ -140,8 +140,8 @@ def accept(key: jax.Array, drafts: jax.Array, q: jax.Array, target_logits: jax.A
   return jax.lax.cond(
       sampling.all_greedy(params),
       lambda: accept_greedy(drafts, sampling.argmax(target_logits), lengths),
-      lambda: accept_reject(key, drafts, q, sampling.adjust(target_logits, params), lenience,
-                            verification, lengths))
+      lambda: accept_reject(key, drafts, q, sampling.adjust_sampled(target_logits, params),
+                            lenience, verification, lengths))
 
 
 def accept_greedy(drafts: jax.Array, target_tokens: jax.Array,

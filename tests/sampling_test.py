@@ -165,6 +165,16 @@ def test_draw_is_adjust_then_sample(kwargs):
   np.testing.assert_array_equal(tokens, sampling.sample(keys, expected))
 
 
+@pytest.mark.parametrize('kwargs', [dict(temperature=0.0), dict(temperature=[0.0, 0.7, 1.0]),
+                                    dict(temperature=1.0, top_k=5, top_p=0.8)])
+def test_adjust_sampled_is_adjust(kwargs):
+  """The branch draw and speculative.accept take without adjust's all-greedy test."""
+  logits = jnp.asarray(np.random.default_rng(6).standard_normal((3, 2, 50)), jnp.float32)
+  params = sampling.SamplingParams.create(**kwargs)
+  np.testing.assert_array_equal(jax.jit(sampling.adjust_sampled)(logits, params),
+                                jax.jit(sampling.adjust)(logits, params))
+
+
 @pytest.mark.parametrize('knobs', ['traced', 'constant'])
 def test_top_k_top_p_compile_without_a_sort(knobs):
   # Inside a loop, as the decoders call it. With knobs that XLA sees as
