@@ -11,7 +11,7 @@ All functions take numpy arrays (or scalars), broadcast their arguments and
 return float64 arrays. `gamma` must hold integers >= 1.
 """
 
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -124,6 +124,48 @@ def expected_calls(alpha: ArrayLike, gamma: int, length: ArrayLike) -> np.ndarra
   return np.take_along_axis(calls, length[..., None], axis=-1)[..., 0]
 
 
+def expected_calls_along(betas: ArrayLike, gamma: int) -> tuple[float, float]:
+  """Expected target calls and clean sweeps for one output, acceptance per position.
+
+  Eq. (1) and `expected_calls` give every draft the same acceptance
+  probability alpha. Along a real output it changes from position to position
+  (`acceptance.betas`: 0 or 1 at temperature 0): an iteration that starts in
+  a hard stretch ends early, so hard positions start more iterations than
+  their share of tokens and the tokens per call fall below eq. (1) at their
+  mean. Here the draft for position t is accepted with probability betas[t]
+  once all drafts before it in its iteration were (1-based positions as the
+  output's tokens; the draft of the position past the end is never accepted).
+  With E(L) = 0 and j tokens known,
+    E(j) = 1 + sum_m P_j(m) E(min(j + m + 1, L)),
+    P_j(m) = betas[j] ... betas[j + m - 1] (1 - betas[j + m]) for m < gamma,
+    P_j(gamma) = betas[j] ... betas[j + gamma - 1].
+  With every beta equal to alpha this is `expected_calls(alpha, gamma, L)`.
+
+  Args:
+    betas: [L] acceptance probabilities in [0, 1] of the output's L tokens
+      (EOS included): betas[t] for token t + 1.
+    gamma: the draft length, a single integer >= 1.
+
+  Returns:
+    (expected target calls, expected iterations that accept all gamma drafts,
+    each of which costs one catch-up draft call).
+  """
+  betas = _check_alpha(betas)
+  gamma = int(_check_gamma(gamma))
+  if betas.ndim != 1:
+    raise ValueError(f'betas must be 1-D (one output), got shape {betas.shape}.')
+  length = betas.shape[0]
+  padded = np.concatenate([betas, np.zeros(gamma)])  # nothing is accepted past the end
+  calls, sweeps = np.zeros(length + 1), np.zeros(length + 1)
+  for j in range(length - 1, -1, -1):
+    reach = np.cumprod(np.concatenate([[1.0], padded[j:j + gamma]]))  # P(>= m accepted)
+    probs = reach - np.append(reach[1:], 0.0)  # P(m accepted), m = 0 .. gamma
+    after = np.minimum(j + np.arange(gamma + 1) + 1, length)
+    calls[j] = 1 + probs @ calls[after]
+    sweeps[j] = probs[-1] + probs @ sweeps[after]
+  return float(calls[0]), float(sweeps[0])
+
+
 def finite_walltime_improvement(
     alpha: ArrayLike,
     gamma: int,
@@ -159,6 +201,38 @@ def finite_walltime_improvement(
   calls = np.sum(expected_calls(alpha[..., None], gamma, lengths), axis=-1)
   gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first)
   return np.sum(lengths) / calls / (cost + alpha**gamma * c)
+
+
+def positional_walltime_improvement(
+    betas: Sequence[ArrayLike],
+    gamma: int,
+    c: ArrayLike,
+    verify_cost: Optional[VerifyCost] = None,
+    c_first: Optional[ArrayLike] = None,
+) -> float:
+  """`finite_walltime_improvement` with each output's acceptance per position.
+
+  The calls and clean sweeps (each one catch-up draft step) are those of
+  `expected_calls_along` over the outputs' measured betas, instead of those
+  of one alpha at every position.
+
+  Args:
+    betas: one [L_i] array per output: the acceptance probability of each of
+      its tokens (`acceptance.AlphaStats.betas`); the lengths sum to > 0.
+    gamma: the draft length, a single integer >= 1.
+    c: draft step time over target step time, >= 0 (a scalar).
+    verify_cost: as in `walltime_improvement`.
+    c_first: as in `walltime_improvement`.
+
+  Returns:
+    The expected speedup.
+  """
+  tokens = sum(np.size(b) for b in betas)
+  if not tokens:
+    raise ValueError('betas must hold at least one position.')
+  calls, sweeps = np.sum([expected_calls_along(b, gamma) for b in betas], axis=0)
+  gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first)
+  return float(tokens / calls / (cost + sweeps / calls * c))
 
 
 def _iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[VerifyCost],
