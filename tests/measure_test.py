@@ -228,6 +228,29 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert row['other_ms'] == pytest.approx(
       row['iteration_ms'] - row['draft_ms'] - row['verify_ms'] - row['fixed_ms'])
   assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))
+  assert 'positional_tokens_per_call' not in row
+
+  # At temperature 0 the betas (0 or 1) along the target's outputs give the loop's
+  # tokens per call exactly.
+  tokens, lengths = acceptance.generate_sequences(target, inputs[:3], sampling=GREEDY,
+                                                  max_decode_len=MAX_DECODE_LEN,
+                                                  rng=jax.random.key(0))
+  stats = acceptance.measure_alpha(target, draft, inputs[:3], tokens, lengths, sampling=GREEDY)
+  assert [b.tolist() for b in stats.betas] == [
+      [float(t == u) for t, u in zip(out, draft_out)] for out, draft_out in zip(
+          baseline.tokens, _greedy_predictions(target, draft, inputs[:3], tokens))]
+  row = walltime.summarize(baseline, speculative, gamma=2, alpha=stats.alpha, times=times,
+                           betas=stats.betas)
+  assert row['positional_tokens_per_call'] == pytest.approx(speculative.tokens_per_call)
+  assert row['predicted_positional_speedup'] == pytest.approx(
+      theory.positional_walltime_improvement(stats.betas, 2, times.c, times.r, times.c_first))
+
+
+def _greedy_predictions(target, draft, inputs, tokens):
+  """The draft's argmax at each position of the target's outputs (teacher-forced)."""
+  decoder_inputs = jnp.pad(jnp.asarray(tokens)[:, :-1], ((0, 0), (1, 0)))
+  logits = acceptance.teacher_forced_logits(draft, jnp.asarray(inputs), decoder_inputs)
+  return np.asarray(jnp.argmax(logits, axis=-1)).tolist()
 
 
 def test_nondecreasing_fit_pools_dips_and_keeps_monotone_input():
@@ -260,6 +283,13 @@ def test_fixed_cost_is_the_intercept_and_the_loop_speedup_excludes_it():
   assert row['measured_speedup'] < row['loop_speedup']  # fixed costs dilute the speedup
   assert row['fixed_ms'] == pytest.approx(1e3 * 0.015 * 4 / np.sum(iterations))
   assert row['other_ms'] == pytest.approx(3.0 - 0.2 - 2.4)
+  # The baseline's 2 ms iterations against the 1 ms step timed earlier: the machine ran 2x
+  # slower, and at that speed the parts take 2 x 2.6 ms of the 3 ms iteration.
+  times = dataclasses.replace(times, verify_measured_s=np.array([1e-3, 1.2e-3]))
+  row = walltime.summarize(baseline, speculative, gamma=1, alpha=0.7, times=times)
+  assert row['baseline_iteration_ms'] == pytest.approx(2.0)
+  assert row['slowdown'] == pytest.approx(2.0)
+  assert row['scaled_other_ms'] == pytest.approx(3.0 - 2.0 * (0.2 + 1.2))
   assert _decoded([5, 5], [0.1, 0.2]).fixed_s() == 0.0  # no line through one abscissa
 
 

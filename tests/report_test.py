@@ -27,11 +27,13 @@ def _walltime_row(temperature, gamma, chosen, speedup, finite=True):
       predicted_speedup_eq5=2.1, tokens_per_call=2.2, expected_tokens_per_call=2.3,
       identical=1.0, baseline_s=10.0, speculative_s=10.0 / speedup, baseline_token_ms=2.5,
       target_step_ms=2.0, iteration_ms=5.0, draft_ms=0.6, verify_ms=2.4, fixed_ms=0.5,
-      other_ms=1.5, baseline_fixed_ms=8.0, speculative_fixed_ms=9.0, loop_speedup=speedup + 0.1,
+      other_ms=1.5, baseline_iteration_ms=2.2, slowdown=1.1, scaled_other_ms=1.2,
+      baseline_fixed_ms=8.0, speculative_fixed_ms=9.0, loop_speedup=speedup + 0.1,
       accept_histogram=[5, 4, 3, 9][:gamma + 1], metrics='bleu', bleu_baseline=21.5,
       bleu_speculative=21.5)
-  if finite:  # results written before the finite-length prediction lack it
-    row.update(predicted_finite_speedup=1.6, finite_tokens_per_call=2.1)
+  if finite:  # results written before the finite-length predictions lack them
+    row.update(predicted_finite_speedup=1.6, finite_tokens_per_call=2.1,
+               predicted_positional_speedup=1.4, positional_tokens_per_call=2.0)
   return row
 
 
@@ -70,12 +72,15 @@ def test_write_report_writes_every_file(tmp_path):
   assert md.startswith('# Tables\n\nsome notes')
   assert ('| demo_ende | small | nano | T=0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
           '| 10 |') in md
-  # measured / predicted at the outputs' lengths: 1.75 / 1.60 = 1.09.
+  # measured / predicted at the outputs' lengths: 1.75 / 1.60 = 1.09; at each
+  # position's beta 1.75 / 1.40 = 1.25.
   assert ('| demo_ende | nano | T=0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 0.92 '
-          '| 1.60X (1.09) | 2.10X | 2.20 (2.30; 2.10) | yes '
+          '| 1.60X (1.09) | 1.40X (1.25) | 2.10X | 2.20 (2.30; 2.10; 2.00) | yes '
           '| bleu 21.5 / 21.5 |') in md
-  assert ('| demo_ende | nano | T=1 | 2 | 0.750 | 0.050 (0.100) | 1.25X | 1.90X | 0.66 | - '
-          '| 2.10X | 2.20 (2.30; -) | n/a (sampled) |') in md
+  assert ('| demo_ende | nano | T=1 | 2 | 0.750 | 0.050 (0.100) | 1.25X | 1.90X | 0.66 | - | - '
+          '| 2.10X | 2.20 (2.30; -; -) | n/a (sampled) |') in md
+  assert ('| demo_ende | nano | T=0 | 3 | 2.500 | 2.000 | 5.000 | 0.600 | 2.400 | 0.500 | 1.500 '
+          '| 1.10 | 1.200 | 8.0 / 9.0 | 1.85X (1.40X) |') in md
   assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 2.6000 | 1.300 |' in md
   assert '| 4 | 2.1000 | 2.4000 | 1.200 |' in md  # measured, then as used
   for name in names - {'report.md'}:

@@ -53,6 +53,8 @@ class AlphaStats:
     std: standard deviation of beta over positions.
     sequence_alpha: [N] mean beta of each sequence.
     positions: number of positions.
+    betas: each sequence's [length] betas, for predictions that let
+      acceptance vary by position (`theory.expected_calls_along`).
   """
 
   alpha: float
@@ -60,6 +62,7 @@ class AlphaStats:
   std: float
   sequence_alpha: np.ndarray
   positions: int
+  betas: tuple[np.ndarray, ...]
 
   @classmethod
   def from_betas(cls, betas: np.ndarray, lengths: np.ndarray) -> 'AlphaStats':
@@ -72,7 +75,8 @@ class AlphaStats:
     m = len(lengths)
     spread = np.sqrt(m / (m - 1) * np.sum((sums - alpha * lengths)**2)) if m > 1 else np.nan
     return cls(alpha=alpha, stderr=float(spread / total), std=float(np.std(betas[mask])),
-               sequence_alpha=sums / lengths, positions=total)
+               sequence_alpha=sums / lengths, positions=total,
+               betas=tuple(row[:length] for row, length in zip(betas, lengths)))
 
   def row(self) -> dict[str, float]:
     """The flat record a report row takes (quantiles of `sequence_alpha`)."""

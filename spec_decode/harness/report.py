@@ -113,6 +113,18 @@ def _at_lengths(row: Row) -> str:
   return f'{predicted:.2f}X ({row["measured_speedup"] / predicted:.2f})'
 
 
+def _along_positions(row: Row) -> str:
+  """The prediction at the per-position acceptance, and measured / it ('-' without it).
+
+  As at the outputs' lengths, with each position's measured beta instead of
+  alpha everywhere (`theory.positional_walltime_improvement`).
+  """
+  if 'predicted_positional_speedup' not in row:
+    return '-'
+  predicted = row['predicted_positional_speedup']
+  return f'{predicted:.2f}X ({row["measured_speedup"] / predicted:.2f})'
+
+
 WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('task', lambda r: r['task']),
     ('draft', lambda r: r['draft']),
@@ -125,10 +137,13 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('predicted (r, c_first)', lambda r: f'{r["predicted_speedup"]:.2f}X'),
     ('measured / predicted', lambda r: f'{r["measured_speedup"] / r["predicted_speedup"]:.2f}'),
     ("predicted at the outputs' lengths (measured / it)", _at_lengths),
+    ("predicted at each position's beta (measured / it)", _along_positions),
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
-    ("tokens/call (eq. (1); at the outputs' lengths)",
+    ("tokens/call (eq. (1); at the outputs' lengths; at each position's beta)",
      lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f}; '
-               + (f'{r["finite_tokens_per_call"]:.2f})' if 'finite_tokens_per_call' in r
+               + (f'{r["finite_tokens_per_call"]:.2f}' if 'finite_tokens_per_call' in r
+                  else '-') + '; '
+               + (f'{r["positional_tokens_per_call"]:.2f})' if 'positional_tokens_per_call' in r
                   else '-)')),
     ('greedy identical', identical_cell),
     ('quality: baseline / speculative', _quality),
@@ -138,7 +153,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
 SWEEP_COLUMNS: tuple[Column, ...] = (
     WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
     ('chosen', lambda r: 'yes' if r['chosen'] else ''),
-) + WALLTIME_COLUMNS[6:12]
+) + WALLTIME_COLUMNS[6:13]
 
 
 BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
@@ -149,9 +164,16 @@ BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
     ('verify (K = gamma + 1)', lambda r: f'{r["verify_ms"]:.3f}'),
     ('per-input fixed', lambda r: f'{r["fixed_ms"]:.3f}'),
     ('loop other', lambda r: f'{r["other_ms"]:.3f}'),
+    ('slowdown: baseline iteration / target step',
+     lambda r: f'{r["slowdown"]:.2f}' if 'slowdown' in r else '-'),
+    ('loop other, parts x slowdown',
+     lambda r: f'{r["scaled_other_ms"]:.3f}' if 'scaled_other_ms' in r else '-'),
     ('fixed ms per input: baseline / speculative',
      lambda r: f'{r["baseline_fixed_ms"]:.1f} / {r["speculative_fixed_ms"]:.1f}'),
-    ('loop speedup', lambda r: f'{r["loop_speedup"]:.2f}X'),
+    ("loop speedup (predicted at each position's beta)",
+     lambda r: f'{r["loop_speedup"]:.2f}X' + (
+         f' ({r["predicted_positional_speedup"]:.2f}X)'
+         if 'predicted_positional_speedup' in r else '')),
 )
 
 
@@ -317,7 +339,14 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
         'Per speculative iteration: the draft steps and the verify call (as timed above), the '
         'per-input fixed cost (encoder passes, cache set-up, dispatch: the intercept of seconds '
         'against iterations over the inputs) spread over the iterations, and the rest of the '
-        "loop's work. Eq. (5) models the loops alone: compare it with the loop speedup.\n\n"
+        "loop's work. The parts were timed minutes before the loops, on a machine whose "
+        "speed drifts: the slowdown is the baseline's time per iteration (its fixed cost "
+        'removed; a target step and little else) over the target step as timed, and the '
+        "last 'loop other' is the rest with the parts scaled by it (first order: the drift "
+        'need not slow the memory-bound target and the cache-held draft alike; a slowdown '
+        'far from 1 marks a run whose parts and loops met different machines). Eq. (5) '
+        "models the loops alone: compare the loop speedup with the prediction at each "
+        "position's beta.\n\n"
         + markdown_table(chosen, BREAKDOWN_COLUMNS))
     knobs = knob_rows(chosen)
     if knobs:

@@ -222,7 +222,8 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
 
 
 def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: float,
-              times: step_costs.StepTimes) -> dict:
+              times: step_costs.StepTimes,
+              betas: Sequence[np.ndarray] | None = None) -> dict:
   """Measured against predicted speedup, and where an iteration's time goes.
 
   Args:
@@ -231,6 +232,11 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     gamma: its draft length; times must cover K = gamma + 1.
     alpha: the measured acceptance rate (e.g. `measure_alpha`).
     times: the measured step times.
+    betas: optionally the per-position acceptance of the target's outputs
+      that alpha averages (`AlphaStats.betas`): then the record also holds
+      the tokens per call and the speedup predicted at them
+      (`theory.positional_walltime_improvement`), which at temperature 0,
+      on the same inputs, are exactly the loop's tokens per call.
 
   Returns:
     A flat record: alpha as given and as the loop accepted its drafts
@@ -246,7 +252,10 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
     spread over the iterations, and the rest (the loop's own work: sampling,
     the accept test, cache bookkeeping), and the speedup of the loops alone
-    (fixed costs removed), which is what eq. (5) predicts.
+    (fixed costs removed), which is what eq. (5) predicts. The parts were
+    timed minutes before the loops, and these machines drift: `slowdown` is
+    the baseline's ms per iteration (fixed cost removed) over the target step
+    as timed, and `scaled_other_ms` the rest with the parts scaled by it.
 
   Raises:
     ValueError: either decoder generated no tokens.
@@ -268,7 +277,19 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
                     + times.draft_s * max(draft_calls - iterations, 0)) / iterations
   verify_ms = 1e3 * float(times.verify_s[gamma])
   token_ms = 1e3 * baseline.total_s / int(np.sum(baseline.iterations))
+  # The baseline loop is a target step and little else (scripts/loop_overhead.py): its
+  # iteration over the separately timed step is how much slower the machine ran here.
+  baseline_iteration_ms = (1e3 * (baseline.total_s - n * baseline_fixed_s)
+                           / int(np.sum(baseline.iterations)))
+  slowdown = baseline_iteration_ms / (1e3 * times.target_s)
   lengths = np.asarray([len(t) for t in speculative.tokens])
+  positional = {}
+  if betas is not None:
+    calls = sum(theory.expected_calls_along(b, gamma)[0] for b in betas)
+    positional = dict(
+        positional_tokens_per_call=sum(len(b) for b in betas) / calls,
+        predicted_positional_speedup=theory.positional_walltime_improvement(
+            betas, gamma, times.c, times.r, times.c_first))
   return dict(
       gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
       measured_speedup=length_ratio * baseline.total_s / speculative.total_s,
@@ -289,4 +310,6 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
       baseline_token_ms=token_ms, target_step_ms=1e3 * times.target_s,
       iteration_ms=iteration_ms, draft_ms=draft_ms, verify_ms=verify_ms, fixed_ms=fixed_ms,
       other_ms=iteration_ms - draft_ms - verify_ms - fixed_ms,
-      accept_histogram=speculative.accept_histogram.tolist())
+      baseline_iteration_ms=baseline_iteration_ms, slowdown=slowdown,
+      scaled_other_ms=iteration_ms - slowdown * (draft_ms + verify_ms) - fixed_ms,
+      accept_histogram=speculative.accept_histogram.tolist(), **positional)
