@@ -6,7 +6,8 @@ r"""Measures c, r(K) and the walltime speedup of a draft (the paper's Table 2).
 
 Per temperature (and at temperature 1 with each --truncations top_k,top_p
 pair): alpha from one teacher-forced pass over the target's outputs on the
-same inputs and gamma = theory.best_gamma(alpha, c, verify_cost=r). Then every
+same inputs and gamma = theory.best_gamma_along(betas, c, verify_cost=r,
+c_first=...), eq. (5) along the outputs at each position's beta. Then every
 input is decoded alone (batch 1) by each setting's baseline and speculative
 decoding at that gamma and at each --gammas, all settings' decoders in turn
 (one interleaved run), compile excluded, median over --repeats

@@ -9,6 +9,8 @@ import pytest
 from spec_decode import data
 from spec_decode import drafts
 from spec_decode import models
+from spec_decode import theory
+from spec_decode.harness import acceptance
 from spec_decode.harness import batch_sweep
 from spec_decode.harness import beam_sweep
 from spec_decode.harness import draft_length_sweep
@@ -16,6 +18,7 @@ from spec_decode.harness import experiments
 from spec_decode.harness import lenience_sweep
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode.harness import step_costs
 from spec_decode.harness import verification_sweep
 from spec_decode.harness import walltime
 from spec_decode.t5 import t5_1_1
@@ -156,6 +159,23 @@ def test_walltime_experiment_times_a_draft_provider(target):
   assert walltime_rows[0]['gamma'] == 1 and walltime_rows[0]['identical'] == 1.0
   # Timings are noise at these sizes (a loaded CI machine has measured c > 1): check only form.
   assert timing['c'] >= 0 and len(timing['r']) == 2 and timing['r'][0] == 1.0
+
+
+def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
+  # Outputs of easy pairs then a hard token: at gamma 2 every call sweeps the pair and the
+  # target's bonus token covers the hard one; eq. (5) at their mean (2/3) would draft 4.
+  times = step_costs.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
+                               verify_measured_s=np.array([1.0, 1.05, 1.1, 1.15, 1.2]) * 1e-3)
+  stats = acceptance.AlphaStats.from_betas(np.tile([1.0, 1, 0], (2, 10)), np.array([30, 30]))
+  monkeypatch.setattr(step_costs, 'measure_step_times', lambda *args, **kwargs: times)
+  monkeypatch.setattr(acceptance, 'measure_alpha', lambda *args, **kwargs: stats)
+  assert int(theory.best_gamma(stats.alpha, times.c, 4, times.r, times.c_first)[0]) == 4
+  settings = experiments.WalltimeSettings(n=2, temperatures=(0.0,), gamma_max=4, gammas=(),
+                                          max_input_len=32, max_decode_len=6, batch_size=2,
+                                          repeats=1, num_steps=2)
+  _, rows, _ = experiments.walltime_experiment(
+      target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
+  assert [(row['gamma'], row['chosen']) for row in rows] == [(2, True)]
 
 
 def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):

@@ -261,7 +261,7 @@ def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[f
           label='measured')
   chosen = [x for x in rows if x['chosen']]
   ax.plot([x['gamma'] for x in chosen], [x['measured_speedup'] for x in chosen], 'r*',
-          markersize=12, label='best_gamma')
+          markersize=12, label='chosen gamma')
   ax.axhline(1.0, color='gray', linewidth=0.8)
   ax.set(xlabel='gamma', ylabel='walltime speedup', xticks=gammas,
          title=f'{rows[0]["task"]}, {rows[0]["draft"]}, {knobs_label(rows[0])}\n'
@@ -330,7 +330,8 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
     write_csv(written[-1], walltime_rows)
     chosen = [row for row in walltime_rows if row['chosen']]
     sections.append('## Walltime (Table 2)\n\nBatch 1, compile excluded, median over repeats; '
-                    'gamma from theory.best_gamma with the measured alpha, c, c_first and r(K). '
+                    'gamma from theory.best_gamma_along: eq. (5) with the measured c, c_first '
+                    "and r(K) along the target's outputs, at each position's beta. "
                     'speedup: seconds per generated token of the baseline over speculative '
                     "decoding's (sampled, the two draw outputs of different lengths).\n\n"
                     + markdown_table(chosen, WALLTIME_COLUMNS))
