@@ -176,6 +176,10 @@ def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
   _, rows, _ = experiments.walltime_experiment(
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
   assert [(row['gamma'], row['chosen']) for row in rows] == [(2, True)]
+  curve = rows[0]['positional_curve']  # gamma 1 .. 4, for the speedup-vs-gamma plot
+  assert curve == pytest.approx([theory.positional_walltime_improvement(
+      stats.betas, g, times.c, times.r, times.c_first) for g in range(1, 5)])
+  assert np.argmax(curve) == 1
 
 
 def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):

@@ -135,7 +135,8 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '
         f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
-  alpha_rows, plans = [], []  # plans: (label, knobs, AlphaStats, best gamma, gammas)
+  # plans: (label, knobs, AlphaStats, best gamma, gammas, predicted speedups along the outputs)
+  alpha_rows, plans = [], []
   decoders = {}
   for temperature, top_k, top_p in s.sampling_settings():
     knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -150,11 +151,14 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
     # Along the target's outputs, not at alpha everywhere: acceptance varies by position.
     best, predicted = theory.best_gamma_along(stats.betas, times.c, s.gamma_max, times.r,
                                               times.c_first)
+    curve = [theory.positional_walltime_improvement(stats.betas, g, times.c, times.r,
+                                                    times.c_first)
+             for g in range(1, len(times.r))]  # the speedup-vs-gamma plot's
     label = report.knobs_label(knobs)
     print(f'{label}: alpha {stats.alpha:.4f}, best gamma {best} '
           f'(predicted {float(predicted):.2f}X)', file=sys.stderr)
     gammas = sorted(set(s.gammas) | {best})
-    plans.append((label, knobs, stats, best, gammas))
+    plans.append((label, knobs, stats, best, gammas, curve))
     decoders[label, 'baseline'] = walltime.baseline_decoder(
         target, max_decode_len=s.max_decode_len, sampling=sampling)
     if s.t5x_baseline:
@@ -166,7 +170,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   decoded = walltime.time_decoding(decoders, inputs, rng, repeats=s.repeats, progress=True)
 
   walltime_rows = []
-  for label, knobs, stats, best, gammas in plans:
+  for label, knobs, stats, best, gammas, curve in plans:
     baseline = decoded[label, 'baseline']
     if s.t5x_baseline:
       t5x = decoded[label, 't5x']
@@ -181,6 +185,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       row = dict(task=s.task, draft=draft_name, **knobs, chosen=g == best,
                  **walltime.summarize(baseline, decoded[label, f'gamma={g}'], gamma=g,
                                       alpha=stats.alpha, times=times, betas=stats.betas))
+      row['positional_curve'] = curve
       row['metrics'] = ' '.join(quality_baseline)
       for metric, value in quality_baseline.items():
         row.update({f'{metric}_baseline': value, f'{metric}_speculative': quality[g][metric]})

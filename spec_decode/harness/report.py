@@ -249,7 +249,7 @@ def plot_verify_cost(path: pathlib.Path, r: Sequence[float], raw_r: Sequence[flo
 
 
 def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[float]) -> None:
-  """Measured speedups of one group against eq. (5), and with r(K) and c_first."""
+  """Measured speedups of one group against eq. (5), with r(K) and c_first, and along outputs."""
   alpha, c, c_first = rows[0]['alpha'], rows[0]['c'], rows[0]['c_first']
   gammas = np.arange(1, len(r))
   fig = figure((5, 3.5))
@@ -257,6 +257,9 @@ def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[f
   ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c), '--', label='eq. (5), r = 1')
   ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c, np.asarray(r), c_first), '-',
           label='eq. (5) with measured r(K), c_first')
+  if 'positional_curve' in rows[0]:
+    ax.plot(gammas, rows[0]['positional_curve'][:len(gammas)], '-.',
+            label="the same along the outputs (each position's beta)")
   ax.plot([x['gamma'] for x in rows], [x['measured_speedup'] for x in rows], 'o',
           label='measured')
   chosen = [x for x in rows if x['chosen']]
