@@ -129,14 +129,14 @@ def _bisect_threshold(keys: jax.Array, weights: jax.Array, bound: jax.Array) -> 
   """
   lo = jnp.full(keys.shape[:-1] + (1,), jnp.iinfo(jnp.int32).min, jnp.int32)  # predicate false
   hi = jnp.full_like(lo, jnp.iinfo(jnp.int32).max)  # predicate true
-  # 32 halvings of a 2^32 range, unrolled: as a loop, each halving cost XLA:CPU several small
-  # kernels and a loop test, which made top-p's bisections most of its cost in a speculative
-  # iteration; unrolled, each is about one fused reduction.
-  for _ in range(32):
+
+  def halve(_, bounds):
+    lo, hi = bounds
     mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2) without overflow
     below = jnp.sum(jnp.where(keys > mid, weights, 0), axis=-1, keepdims=True) < bound
-    lo, hi = jnp.where(below, lo, mid), jnp.where(below, mid, hi)
-  return hi
+    return jnp.where(below, lo, mid), jnp.where(below, mid, hi)
+
+  return jax.lax.fori_loop(0, 32, halve, (lo, hi))[1]  # 32 halvings of a 2^32 range
 
 
 def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
