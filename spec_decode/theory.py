@@ -237,16 +237,19 @@ def positional_walltime_improvement(
 
 def best_gamma_along(betas: Sequence[ArrayLike], c: float, gamma_max: int = 8,
                      verify_cost: Optional[VerifyCost] = None,
-                     c_first: Optional[float] = None) -> tuple[int, float]:
-  """`best_gamma` by `positional_walltime_improvement`: (gamma, its speedup), ties to the smaller.
+                     c_first: Optional[float] = None) -> tuple[int, np.ndarray]:
+  """`best_gamma` by `positional_walltime_improvement`, ties to the smaller gamma.
 
   Where acceptance varies along the outputs, long drafts pay less than eq. (5)
   at their mean promises (a hard stretch ends them early), so this gamma is
   often the smaller one.
+
+  Returns:
+    (gamma, [gamma_max] the predicted speedup of each gamma = 1 .. gamma_max).
   """
-  speedups = [positional_walltime_improvement(betas, g, c, verify_cost, c_first)
-              for g in range(1, int(_check_gamma(gamma_max)) + 1)]
-  return 1 + int(np.argmax(speedups)), max(speedups)
+  speedups = np.array([positional_walltime_improvement(betas, g, c, verify_cost, c_first)
+                       for g in range(1, int(_check_gamma(gamma_max)) + 1)])
+  return 1 + int(np.argmax(speedups)), speedups
 
 
 def _iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[VerifyCost],

@@ -229,9 +229,10 @@ def test_best_gamma_along():
   r = np.array([1.0, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0])
   # Runs of four easy tokens, then a hard one: gamma 4 sweeps each run.
   betas = [np.tile([1.0, 1, 1, 1, 0], 8)]
-  gamma, speedup = theory.best_gamma_along(betas, 0.05, 8, r, c_first=0.1)
-  speedups = [theory.positional_walltime_improvement(betas, g, 0.05, r, 0.1) for g in range(1, 9)]
-  assert gamma == 4 and speedup == max(speedups) == speedups[3]
+  gamma, speedups = theory.best_gamma_along(betas, 0.05, 8, r, c_first=0.1)
+  assert gamma == 4 and speedups.tolist() == [
+      theory.positional_walltime_improvement(betas, g, 0.05, r, 0.1) for g in range(1, 9)]
+  assert max(speedups) == speedups[3]
   # Constant acceptance over long outputs: eq. (5)'s choice.
   long = [np.full(3000, 0.8)]
   assert theory.best_gamma_along(long, 0.05, 8, r)[0] == int(

@@ -51,18 +51,23 @@ class AlphaStats:
     stderr: its standard error. Positions of one sequence are correlated, so
       it is the ratio estimator's, from per-sequence sums (cluster-robust).
     std: standard deviation of beta over positions.
-    sequence_alpha: [N] mean beta of each sequence.
-    positions: number of positions.
-    betas: each sequence's [length] betas, for predictions that let
-      acceptance vary by position (`theory.expected_calls_along`).
+    betas: each sequence's [length] betas (also for predictions that let
+      acceptance vary by position, `theory.expected_calls_along`), from which
+      `sequence_alpha` ([N] mean beta of each sequence) and `positions`.
   """
 
   alpha: float
   stderr: float
   std: float
-  sequence_alpha: np.ndarray
-  positions: int
   betas: tuple[np.ndarray, ...]
+
+  @property
+  def sequence_alpha(self) -> np.ndarray:
+    return np.array([np.mean(b) for b in self.betas], np.float64)
+
+  @property
+  def positions(self) -> int:
+    return sum(len(b) for b in self.betas)
 
   @classmethod
   def from_betas(cls, betas: np.ndarray, lengths: np.ndarray) -> 'AlphaStats':
@@ -75,7 +80,6 @@ class AlphaStats:
     m = len(lengths)
     spread = np.sqrt(m / (m - 1) * np.sum((sums - alpha * lengths)**2)) if m > 1 else np.nan
     return cls(alpha=alpha, stderr=float(spread / total), std=float(np.std(betas[mask])),
-               sequence_alpha=sums / lengths, positions=total,
                betas=tuple(row[:length] for row, length in zip(betas, lengths)))
 
   def row(self) -> dict[str, float]:

@@ -149,11 +149,9 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
     alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name, **knobs,
                            **stats.row()))
     # Along the target's outputs, not at alpha everywhere: acceptance varies by position.
-    best, predicted = theory.best_gamma_along(stats.betas, times.c, s.gamma_max, times.r,
-                                              times.c_first)
-    curve = [theory.positional_walltime_improvement(stats.betas, g, times.c, times.r,
-                                                    times.c_first)
-             for g in range(1, len(times.r))]  # the speedup-vs-gamma plot's
+    best, curve = theory.best_gamma_along(stats.betas, times.c, s.gamma_max, times.r,
+                                          times.c_first)  # curve: the speedup-vs-gamma plot's
+    predicted = curve[best - 1]
     label = report.knobs_label(knobs)
     print(f'{label}: alpha {stats.alpha:.4f}, best gamma {best} '
           f'(predicted {float(predicted):.2f}X)', file=sys.stderr)
@@ -185,7 +183,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       row = dict(task=s.task, draft=draft_name, **knobs, chosen=g == best,
                  **walltime.summarize(baseline, decoded[label, f'gamma={g}'], gamma=g,
                                       alpha=stats.alpha, times=times, betas=stats.betas))
-      row['positional_curve'] = curve
+      row['positional_curve'] = curve.tolist()
       row['metrics'] = ' '.join(quality_baseline)
       for metric, value in quality_baseline.items():
         row.update({f'{metric}_baseline': value, f'{metric}_speculative': quality[g][metric]})

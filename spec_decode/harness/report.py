@@ -258,7 +258,8 @@ def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[f
   ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c, np.asarray(r), c_first), '-',
           label='eq. (5) with measured r(K), c_first')
   if 'positional_curve' in rows[0]:
-    ax.plot(gammas, rows[0]['positional_curve'][:len(gammas)], '-.',
+    curve = rows[0]['positional_curve']  # gamma 1 .. the chosen gamma's gamma_max
+    ax.plot(np.arange(1, len(curve) + 1), curve, '-.',
             label="the same along the outputs (each position's beta)")
   ax.plot([x['gamma'] for x in rows], [x['measured_speedup'] for x in rows], 'o',
           label='measured')
