@@ -117,8 +117,11 @@ class MultiHeadAttention(nn.Module):
     scores = jnp.einsum('bhld,bhtd->bhlt', query, key, preferred_element_type=jnp.float32)
     weights = jax.nn.softmax(scores + bias, axis=-1)  # [B, H, L, T] float32
     weights = self.dropout(weights, deterministic=deterministic)
-    x = jnp.einsum('bhlt,bhtd->blhd', weights.astype(self.dtype), value)
-    return self.out(x.reshape(x.shape[:-2] + (-1,)))
+    # Heads stay the batch dimension of the product and move after it: XLA:CPU
+    # computes 'bhlt,bhtd->blhd' for L > 1 as a transposed batched matmul that
+    # cost a 5-position call of the demo target ~0.2 ms more (EPYC).
+    x = jnp.swapaxes(jnp.einsum('bhlt,bhtd->bhld', weights.astype(self.dtype), value), 1, 2)
+    return self.out(x.reshape(x.shape[:-2] + (-1,)))  # [B, L, H * Dh] -> [B, L, E]
 
 
 class MlpBlock(nn.Module):
