@@ -11,7 +11,8 @@ c_first=...), eq. (5) along the outputs at each position's beta. Then every
 input is decoded alone (batch 1) by each setting's baseline and speculative
 decoding at that gamma and at each --gammas, all settings' decoders in turn
 (one interleaved run), compile excluded, median over --repeats
-(spec_decode.harness). Writes report.md, the CSVs, results.json and the plots
+(spec_decode.harness); c, c_first and r(K) are timed again in rounds between
+the inputs, and the predictions use those. Writes report.md, the CSVs, results.json and the plots
 to --out_dir; the report compares top-k/top-p with plain sampling.
 """
 

@@ -17,7 +17,9 @@ measures c, c_first and r(K), alpha at temperature 0 and 1 (and at 1 with
 top_k 40 and with top_p 0.9), chooses gamma by eq. (5) with the measured r
 and c_first along the target's outputs (each position's own beta:
 `theory.best_gamma_along`), times the baseline and speculative decoding at
-batch 1 on the first Multi30k test sentences and prints the walltime table; the full
+batch 1 on the first Multi30k test sentences, with c, c_first and r(K) timed
+again between the inputs for the predictions (the machine's speed drifts),
+and prints the walltime table; the full
 report (Markdown, CSV, plots) goes to --out_dir. The draft scores the 4096
 tokens most frequent in the training targets (`--head_size`; its output layer
 is most of what a draft step reads: see scripts/pruned_head.py).

@@ -168,6 +168,7 @@ def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
                                verify_measured_s=np.array([1.0, 1.05, 1.1, 1.15, 1.2]) * 1e-3)
   stats = acceptance.AlphaStats.from_betas(np.tile([1.0, 1, 0], (2, 10)), np.array([30, 30]))
   monkeypatch.setattr(step_costs, 'measure_step_times', lambda *args, **kwargs: times)
+  monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(times, []))
   monkeypatch.setattr(acceptance, 'measure_alpha', lambda *args, **kwargs: stats)
   assert int(theory.best_gamma(stats.alpha, times.c, 4, times.r, times.c_first)[0]) == 4
   settings = experiments.WalltimeSettings(n=2, temperatures=(0.0,), gamma_max=4, gammas=(),
@@ -180,6 +181,52 @@ def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
   assert curve == pytest.approx([theory.positional_walltime_improvement(
       stats.betas, g, times.c, times.r, times.c_first) for g in range(1, 5)])
   assert np.argmax(curve) == 1
+
+
+def _fixed_rounds(times, log):
+  """A stand-in for step_costs.StepCostRounds whose rounds give `times` and are logged."""
+
+  class Rounds:
+
+    def __init__(self, **kwargs):
+      log.append(('built', kwargs['k_max']))
+
+    def round(self):
+      log.append('round')
+
+    def times(self):
+      return times
+
+  return Rounds
+
+
+def test_walltime_experiment_predicts_with_parts_timed_between_the_loops(target, monkeypatch):
+  before = step_costs.StepTimes(draft_s=1e-4, draft_first_s=2e-4,
+                                verify_measured_s=np.array([1.0, 1.1, 1.2]) * 1e-3)
+  between = step_costs.StepTimes(draft_s=3e-4, draft_first_s=5e-4,
+                                 verify_measured_s=np.array([1.0, 1.6, 1.9]) * 1e-3)
+  log, inputs_timed = [], []
+  monkeypatch.setattr(step_costs, 'measure_step_times', lambda *args, **kwargs: before)
+  monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(between, log))
+  time_decoding = walltime.time_decoding
+
+  def recording(*args, between, **kwargs):
+    return time_decoding(*args, **kwargs,
+                         between=lambda i: (inputs_timed.append(i), log.append(i), between(i)))
+
+  monkeypatch.setattr(walltime, 'time_decoding', recording)
+  settings = experiments.WalltimeSettings(n=3, temperatures=(0.0,), gamma_max=2, gammas=(),
+                                          max_input_len=32, max_decode_len=6, batch_size=3,
+                                          repeats=1, num_steps=2, parts_rounds=2)
+  _, rows, timing = experiments.walltime_experiment(
+      target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
+  # Every 3 // 2 = 1 input, and after the last: a round after each of the three inputs.
+  assert log == [('built', 3), 0, 'round', 1, 'round', 2, 'round'] and inputs_timed == [0, 1, 2]
+  assert timing['c'] == pytest.approx(between.c)
+  assert timing['gamma_chosen_with']['c'] == pytest.approx(before.c)
+  row = rows[0]
+  assert row['predicted_speedup'] == pytest.approx(theory.walltime_improvement(
+      row['alpha'], row['gamma'], between.c, between.r, between.c_first))
 
 
 def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):

@@ -176,6 +176,15 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   assert times.draft_first_s >= 0 and np.isfinite(times.c) and np.isfinite(times.c_first)
   assert times.r[0] == 1.0 and len(times.row()['r']) == 3
   assert np.all(np.diff(times.verify_s) >= 0) and times.verify_measured_s.shape == (3,)
+  rounds = step_costs.StepCostRounds(target, nano, inputs[:1], k_max=2,
+                                     max_decode_len=MAX_DECODE_LEN, num_steps=4)
+  with pytest.raises(ValueError, match='no round timed yet'):
+    rounds.times()
+  rounds.round()
+  assert rounds.times().verify_measured_s.shape == (2,)
+  rounds.clear()
+  with pytest.raises(ValueError, match='no round timed yet'):
+    rounds.times()
   table = drafts.TableDraft.estimate(np.arange(1, VOCAB), VOCAB, order=2)
   seconds = step_costs.step_time(table, inputs[:1], k=2, capacity=8, position=3, num_steps=4,
                                  repeats=2)

@@ -96,6 +96,17 @@ def test_write_report_writes_every_file(tmp_path):
   assert results['walltime'] == WALLTIME_ROWS and results['timing'] == TIMING
 
 
+def test_timing_says_when_gamma_was_chosen_with_other_parts(tmp_path):
+  report.write_report(tmp_path / 'a', title='t', timing=TIMING)
+  assert 'between the inputs' not in (tmp_path / 'a' / 'report.md').read_text()
+  before = dict(TIMING, c=0.04, c_first=0.09, r=[1.0, 1.2, 1.4, 1.5, 1.6])
+  report.write_report(tmp_path / 'b', title='t', timing=dict(TIMING, gamma_chosen_with=before))
+  md = (tmp_path / 'b' / 'report.md').read_text()
+  assert 'timed in rounds between the inputs of the walltime run below' in md
+  assert 'c = 0.040, c_first = 0.090, r(K) = 1.000, 1.200, 1.400, 1.500, 1.600.' in md
+  assert '**c = 0.050**' in md  # the table's parts are the ones timed between the loops
+
+
 def test_knob_rows_get_a_section_against_plain_sampling(tmp_path):
   plain = _walltime_row(1.0, 2, True, 1.25)
   top_k = dict(_walltime_row(1.0, 2, True, 1.0), top_k=40, speedup_over_plain=0.8,

@@ -86,6 +86,9 @@ class WalltimeSettings:
     batch_size: rows per alpha pass.
     repeats: timed runs per input (median).
     num_steps: steps per timed loop for c and r(K).
+    parts_rounds: rounds of c, c_first and r(K) (`step_costs.StepCostRounds`)
+      spread between the inputs of the timed loops; the predictions use
+      them. gamma is chosen with a timing of its own before the loops.
     seed: PRNG seed (input i uses fold_in(key(seed), i)).
     t5x_baseline: also time T5X's `decoding.temperature_sample` (needs t5x).
     truncations: (top_k, top_p) pairs also run at temperature 1, e.g.
@@ -103,6 +106,7 @@ class WalltimeSettings:
   batch_size: int = 16
   repeats: int = 3
   num_steps: int = 64
+  parts_rounds: int = 6
   seed: int = 0
   t5x_baseline: bool = False
   truncations: Sequence[tuple[int, float]] = ()
@@ -128,14 +132,15 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   inputs, references = task_inputs(s.task, s.split, s.n, s.max_input_len)
   rng = jax.random.key(s.seed)
 
-  times = step_costs.measure_step_times(
-      target, draft, loading.trim_padding(inputs[0])[None],  # as time_decoding cuts it
-      k_max=max((s.gamma_max, *s.gammas)) + 1, max_decode_len=s.max_decode_len,
-      num_steps=s.num_steps, progress=True)
+  parts = dict(target=target, draft=draft,
+               encoder_input_tokens=loading.trim_padding(inputs[0])[None],  # as time_decoding
+               k_max=max((s.gamma_max, *s.gammas)) + 1, max_decode_len=s.max_decode_len,
+               num_steps=s.num_steps)
+  times = step_costs.measure_step_times(**parts, progress=True)  # picks gamma
   print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '
         f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
-  # plans: (label, knobs, AlphaStats, best gamma, gammas, predicted speedups along the outputs)
+  # plans: (label, knobs, AlphaStats, best gamma, gammas)
   alpha_rows, plans = [], []
   decoders = {}
   for temperature, top_k, top_p in s.sampling_settings():
@@ -150,13 +155,13 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
                            **stats.row()))
     # Along the target's outputs, not at alpha everywhere: acceptance varies by position.
     best, curve = theory.best_gamma_along(stats.betas, times.c, s.gamma_max, times.r,
-                                          times.c_first)  # curve: the speedup-vs-gamma plot's
+                                          times.c_first)
     predicted = curve[best - 1]
     label = report.knobs_label(knobs)
     print(f'{label}: alpha {stats.alpha:.4f}, best gamma {best} '
           f'(predicted {float(predicted):.2f}X)', file=sys.stderr)
     gammas = sorted(set(s.gammas) | {best})
-    plans.append((label, knobs, stats, best, gammas, curve))
+    plans.append((label, knobs, stats, best, gammas))
     decoders[label, 'baseline'] = walltime.baseline_decoder(
         target, max_decode_len=s.max_decode_len, sampling=sampling)
     if s.t5x_baseline:
@@ -165,10 +170,21 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
     decoders.update({(label, f'gamma={g}'): walltime.speculative_decoder(
         target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling)
                      for g in gammas})
-  decoded = walltime.time_decoding(decoders, inputs, rng, repeats=s.repeats, progress=True)
+  # The predictions' parts are timed between the inputs the loops decode, not minutes
+  # before them: a shared machine's speed drifts.
+  rounds = step_costs.StepCostRounds(**parts)
+  every = max(1, len(inputs) // s.parts_rounds)
+  decoded = walltime.time_decoding(
+      decoders, inputs, rng, repeats=s.repeats, progress=True,
+      between=lambda i: rounds.round() if i % every == every - 1 or i == len(inputs) - 1 else None)
+  chosen_with, times = times, rounds.times()
+  print(f'between the loops: c = {times.c:.4f} (first: {times.c_first:.4f}), '
+        f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
   walltime_rows = []
-  for label, knobs, stats, best, gammas, curve in plans:
+  for label, knobs, stats, best, gammas in plans:
+    # The speedup-vs-gamma plot's prediction, from the parts timed between the loops.
+    _, curve = theory.best_gamma_along(stats.betas, times.c, s.gamma_max, times.r, times.c_first)
     baseline = decoded[label, 'baseline']
     if s.t5x_baseline:
       t5x = decoded[label, 't5x']
@@ -191,7 +207,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       print(f'{label}, gamma {g}: {row["measured_speedup"]:.2f}X measured, '
             f'{row["predicted_speedup"]:.2f}X predicted', file=sys.stderr)
   add_knob_ratios(walltime_rows)
-  return alpha_rows, walltime_rows, times.row()
+  return alpha_rows, walltime_rows, dict(times.row(), gamma_chosen_with=chosen_with.row())
 
 
 def add_knob_ratios(rows: list[dict]) -> None:

@@ -210,7 +210,20 @@ def _timing_section(timing: Row) -> str:
           f'iteration. One target call over K positions costs r(K) target steps (the paper '
           f'assumes r = 1 and c_first = c); a call over more positions never costs less, so '
           f'r(K) is the non-decreasing least-squares fit of the measured times, which keeps '
-          f'a noisy dip from steering best_gamma:\n\n{table}\n\n![r(K)](r_vs_k.png)')
+          f'a noisy dip from steering best_gamma:\n\n{table}\n\n![r(K)](r_vs_k.png)'
+          + _chosen_with_note(timing))
+
+
+def _chosen_with_note(timing: Row) -> str:
+  """Where the times above were timed, when gamma was chosen with others (between the loops)."""
+  before = timing.get('gamma_chosen_with')
+  if before is None:
+    return ''
+  return ('\n\nThese parts were timed in rounds between the inputs of the walltime run below, '
+          'so that they meet the machine the loops meet; the predictions use them. gamma was '
+          f'chosen with a timing just before the loops: c = {before["c"]:.3f}, c_first = '
+          f'{before["c_first"]:.3f}, r(K) = '
+          + ', '.join(f'{r:.3f}' for r in before['r']) + '.')
 
 def figure(size: tuple[float, float]):
   """A matplotlib Figure on the Agg canvas (no pyplot state).
@@ -335,7 +348,8 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
     chosen = [row for row in walltime_rows if row['chosen']]
     sections.append('## Walltime (Table 2)\n\nBatch 1, compile excluded, median over repeats; '
                     'gamma from theory.best_gamma_along: eq. (5) with the measured c, c_first '
-                    "and r(K) along the target's outputs, at each position's beta. "
+                    "and r(K) along the target's outputs, at each position's beta (timed "
+                    'before the loops). '
                     'speedup: seconds per generated token of the baseline over speculative '
                     "decoding's (sampled, the two draw outputs of different lengths).\n\n"
                     + markdown_table(chosen, WALLTIME_COLUMNS))
@@ -344,8 +358,9 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
         'Per speculative iteration: the draft steps and the verify call (as timed above), the '
         'per-input fixed cost (encoder passes, cache set-up, dispatch: the intercept of seconds '
         'against iterations over the inputs) spread over the iterations, and the rest of the '
-        "loop's work. The parts were timed minutes before the loops, on a machine whose "
-        "speed drifts: the slowdown is the baseline's time per iteration (its fixed cost "
+        "loop's work. The machine's speed drifts, so the parts are timed between the "
+        "loops' inputs (older results: minutes before the loops): the slowdown is the "
+        "baseline's time per iteration (its fixed cost "
         'removed; a target step and little else) over the target step as timed, and the '
         "last 'loop other' is the rest with the parts scaled by it (first order: the drift "
         'need not slow the memory-bound target and the cache-held draft alike; a slowdown '

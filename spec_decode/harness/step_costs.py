@@ -38,7 +38,7 @@ class StepTimes:
       steps alone): the cost of draft steps 2 .. gamma of an iteration.
     draft_first_s: the first draft step after a target call: what a draft
       step adds to a loop of target steps (timed paired, see
-      `draft_step_in_loop_time`). On a CPU it exceeds `draft_s` by the DRAM
+      `StepCostRounds`). On a CPU it exceeds `draft_s` by the DRAM
       traffic of re-reading the draft weights that the target call evicted
       from the cache.
     verify_measured_s: [k_max] one target call over K = 1 .. k_max
@@ -206,28 +206,6 @@ def round_robin(runs: dict, repeats: int) -> dict:
   return seconds
 
 
-def draft_step_in_loop_time(target: models.T5Model, draft: loading.Draft,
-                            encoder_input_tokens: jax.Array, *, capacity: int, position: int,
-                            num_steps: int = 64, repeats: int = 5) -> float:
-  """Seconds a draft step adds to a loop of target steps (K = 1), paired.
-
-  Runs of a (draft step, target step) loop alternate with runs of a target-step
-  loop; the result is the median of the per-pair differences, so that drift of
-  a shared machine between runs cancels instead of landing in c.
-  """
-  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
-  target_cache, draft_cache = _fresh_caches((target, draft), encoder_input_tokens, capacity,
-                                            position)
-  seconds = round_robin({
-      'pair': lambda: _iteration_loop(target, draft, encoder_input_tokens,
-                                      (target_cache, draft_cache), gamma=1, verify_k=1,
-                                      parts=('drafts', 'verify'), num_steps=num_steps),
-      'alone': lambda: _step_loop(target, encoder_input_tokens, target_cache, k=1,
-                                  num_steps=num_steps)}, 2 * repeats + 1)
-  differences = np.subtract(seconds['pair'], seconds['alone'])
-  return max(float(np.median(differences)), 0.0) / num_steps
-
-
 def step_time(model: loading.Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capacity: int,
               position: int, num_steps: int = 64, repeats: int = 5) -> float:
   """Seconds per call of a model's step function over K positions.
@@ -263,15 +241,73 @@ def _step_times(calls: dict, encoder_input_tokens: jax.Array, *, capacity: int, 
           for name, seconds in round_robin(runs, repeats).items()}
 
 
+class StepCostRounds:
+  """c, c_first and r(K) timed one round at a time, at mid-output.
+
+  A round times, inside compiled loops, the draft step and the target calls
+  over K = 1 .. k_max once each, then a (draft step, target step) loop and a
+  target-step loop alone twice, alternating: what a draft step adds to a loop
+  of target steps is the median of the pairs' differences (c_first), so that
+  drift of a shared machine between runs cancels instead of landing in it.
+  Rounds can be spread between other timings (`walltime.time_decoding`'s
+  `between`) so that the parts and the loops they predict meet the same machine.
+
+  Args:
+    target: M_p.
+    draft: M_q.
+    encoder_input_tokens: [1, S] one real input.
+    k_max: the largest verify call timed (gamma_max + 1).
+    max_decode_len: sets the caches' capacity as decoding does.
+    num_steps: calls per compiled loop.
+  """
+
+  def __init__(self, target: models.T5Model, draft: loading.Draft,
+               encoder_input_tokens: np.ndarray, *, k_max: int, max_decode_len: int,
+               num_steps: int = 64):
+    capacity = decoding.cache_length(max_decode_len, k_max - 1)
+    encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+    target_cache, draft_cache = _fresh_caches((target, draft), encoder_input_tokens, capacity,
+                                              max_decode_len // 2)
+    step = functools.partial(_step_loop, encoder_input_tokens=encoder_input_tokens,
+                             num_steps=num_steps)
+    self._runs = {
+        'draft': lambda: step(draft, cache=draft_cache, k=1),
+        **{k: functools.partial(step, target, cache=target_cache, k=k)
+           for k in range(1, k_max + 1)},
+        'pair': lambda: _iteration_loop(target, draft, encoder_input_tokens,
+                                        (target_cache, draft_cache), gamma=1, verify_k=1,
+                                        parts=('drafts', 'verify'), num_steps=num_steps),
+        'alone': lambda: step(target, cache=target_cache, k=1)}
+    self._k_max, self._num_steps = k_max, num_steps
+    jax.block_until_ready([run() for run in self._runs.values()])  # compile and warm up
+    self.clear()
+
+  def clear(self) -> None:
+    """Forgets the rounds timed so far."""
+    self._seconds = {name: [] for name in self._runs}
+
+  def round(self) -> None:
+    """Times one round (see the class docstring)."""
+    for name in [*self._runs, 'pair', 'alone']:
+      self._seconds[name].append(median_time(self._runs[name], 1)[0])
+
+  def times(self) -> StepTimes:
+    """The median of every round timed since the last `clear`."""
+    if not self._seconds['draft']:
+      raise ValueError('no round timed yet: call round() first')
+    per_call = lambda name: float(np.median(self._seconds[name])) / self._num_steps
+    first = np.subtract(self._seconds['pair'], self._seconds['alone'])
+    return StepTimes(
+        draft_s=per_call('draft'),
+        draft_first_s=max(float(np.median(first)), 0.0) / self._num_steps,
+        verify_measured_s=np.asarray([per_call(k) for k in range(1, self._k_max + 1)]))
+
+
 def measure_step_times(target: models.T5Model, draft: loading.Draft,
                        encoder_input_tokens: np.ndarray, *, k_max: int, max_decode_len: int,
                        num_steps: int = 64, repeats: int = 5,
                        progress: bool = False) -> StepTimes:
-  """c, c_first and r(K) for K = 1 .. k_max (k_max = gamma_max + 1), at mid-output.
-
-  See `StepTimes` for what each time is. The draft step and the target calls
-  over K = 1 .. k_max are timed round-robin (each once per round), so that c
-  and r(K), ratios, do not pick up the machine's drift between their parts.
+  """c, c_first and r(K) for K = 1 .. k_max: `repeats` rounds of `StepCostRounds` in a row.
 
   Args:
     target: M_p.
@@ -283,18 +319,11 @@ def measure_step_times(target: models.T5Model, draft: loading.Draft,
     repeats: timed rounds.
     progress: show a progress bar.
   """
-  capacity = decoding.cache_length(max_decode_len, k_max - 1)
-  common = dict(encoder_input_tokens=encoder_input_tokens, capacity=capacity,
-                position=max_decode_len // 2, num_steps=num_steps, repeats=repeats)
-  parts = {
-      'c and r(K)': lambda: _step_times(
-          {'draft': (draft, 1), **{k: (target, k) for k in range(1, k_max + 1)}}, **common),
-      'c_first': lambda: draft_step_in_loop_time(target, draft, **common)}
-  times = {name: parts[name]() for name in progress_lib.bar(
-      list(parts), desc='step costs', disable=not progress)}
-  return StepTimes(
-      draft_s=times['c and r(K)']['draft'], draft_first_s=times['c_first'],
-      verify_measured_s=np.asarray([times['c and r(K)'][k] for k in range(1, k_max + 1)]))
+  rounds = StepCostRounds(target, draft, encoder_input_tokens, k_max=k_max,
+                          max_decode_len=max_decode_len, num_steps=num_steps)
+  for _ in progress_lib.bar(range(repeats), desc='step costs', disable=not progress):
+    rounds.round()
+  return rounds.times()
 
 
 def nondecreasing_fit(values: np.ndarray) -> np.ndarray:

@@ -174,7 +174,8 @@ def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: 
 
 def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.ndarray,
                   rng: jax.Array, *, repeats: int = 3, progress: bool = False,
-                  smallest_bucket: int = loading.INPUT_BUCKET) -> dict[Hashable, Decoded]:
+                  smallest_bucket: int = loading.INPUT_BUCKET,
+                  between: Callable[[int], object] | None = None) -> dict[Hashable, Decoded]:
   """Decodes each input alone with every decoder, interleaved, timed.
 
   Input i is decoded with key fold_in(rng, i) by every decoder and in every
@@ -191,6 +192,9 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
     progress: show a progress bar.
     smallest_bucket: the buckets are 1, 2, 4, ... times this many tokens
       (`loading.trim_padding`).
+    between: called with i after every decoder has timed input i: other
+      timings there meet the machine the loops meet (e.g. a round of
+      `step_costs.StepCostRounds`).
 
   Returns:
     name -> Decoded.
@@ -205,10 +209,13 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
     for x, key in first_of_shape.values():
       jax.block_until_ready(decode(x, key))
   records = {name: [] for name in decoders}
-  for x, key in zip(tqdm.tqdm(inputs, desc='walltime', disable=not progress), keys):
+  for i, (x, key) in enumerate(zip(tqdm.tqdm(inputs, desc='walltime', disable=not progress),
+                                   keys)):
     for name, decode in decoders.items():
       seconds, out = step_costs.median_time(lambda: decode(x, key), repeats)
       records[name].append((seconds, jax.device_get(out)))
+    if between is not None:
+      between(i)
   return {name: Decoded(
       seconds=np.asarray([s for s, _ in outs]),
       tokens=[o.tokens[0, :o.lengths[0]].tolist() for _, o in outs],
