@@ -224,6 +224,34 @@ def step_time(model: loading.Draft, encoder_input_tokens: jax.Array, *, k: int =
                      position=position, num_steps=num_steps, repeats=repeats)['call']
 
 
+def compiled_step_loop(model: loading.Draft, encoder_input_tokens: jax.Array, *, k: int,
+                       capacity: int, position: int, num_steps: int) -> Callable[[], jax.Array]:
+  """`num_steps` calls of the model over K positions, compiled now, as a run to time.
+
+  JAX's caches are cleared first and the program is compiled ahead of time, so
+  it is the model's code as it is at this call that runs, even where an
+  identical call was traced before with other code (a trace-time variant:
+  jit reuses the first trace it made of a function with the same arguments).
+
+  Args:
+    model: a T5Model or a draft provider.
+    encoder_input_tokens: [B, S] int32.
+    k: positions per call.
+    capacity: the cache's positions.
+    position: the cache index every call writes at (rewound after each).
+    num_steps: calls per run.
+
+  Returns:
+    A function that runs the compiled loop once.
+  """
+  jax.clear_caches()
+  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+  cache = _fresh_caches([model], encoder_input_tokens, capacity, position)[0]
+  compiled = _step_loop.lower(model, encoder_input_tokens, cache, k=k,
+                              num_steps=num_steps).compile()
+  return lambda: compiled(model, encoder_input_tokens, cache)
+
+
 def _step_times(calls: dict, encoder_input_tokens: jax.Array, *, capacity: int, position: int,
                 num_steps: int, repeats: int) -> dict:
   """name -> seconds per call, for calls {name: (model, K)} timed round-robin."""
