@@ -225,6 +225,7 @@ def _chosen_with_note(timing: Row) -> str:
           f'{before["c_first"]:.3f}, r(K) = '
           + ', '.join(f'{r:.3f}' for r in before['r']) + '.')
 
+
 def figure(size: tuple[float, float]):
   """A matplotlib Figure on the Agg canvas (no pyplot state).
 
