@@ -157,6 +157,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
                        draft_step_fn: StepFn, draft_cache: cache_lib.Cache, *, gamma: int,
                        max_decode_len: int, rng: jax.Array,
                        sampling: sampling_lib.SamplingParams | None = None,
+                       draft_sampling: sampling_lib.SamplingParams | None = None,
                        lenience: float | jax.Array = 1.0, verification: str = 'token',
                        confidence_threshold: float | jax.Array | None = None,
                        verify_lengths: tuple[int, ...] | None = None,
@@ -173,8 +174,12 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     max_decode_len: static maximum number of output tokens per row.
     rng: one PRNG key, or [B] keys (one stream per row: row b then decodes
       exactly as a batch-1 run with key rng[b]).
-    sampling: temperature/top-k/top-p, applied identically to p and q; greedy
-      when None.
+    sampling: temperature/top-k/top-p of the target's p (what the output
+      follows); greedy when None.
+    draft_sampling: the knobs that turn the draft's logits into q; None uses
+      `sampling`'s. The output is exactly p's for any q, so e.g.
+      `sampling.untruncated()` skips the draft's top-k/top-p work (a TopK per
+      draft step) for a little acceptance.
     lenience: l of Appendix A.5. 1 (the default) is exact; l < 1 accepts more
       drafts and no longer samples exactly from the target.
     verification: static; 'token' (Algorithm 1) or 'block' (Sun et al. 2025:
@@ -201,7 +206,8 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
   speculative.check_verification(verification)
   drafting.check_threshold(confidence_threshold)
   return _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
-                 max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
+                 max_decode_len=max_decode_len, rng=rng, sampling=sampling,
+                 draft_sampling=draft_sampling, lenience=lenience,
                  verification=verification, confidence_threshold=confidence_threshold,
                  verify_lengths=drafting.check_verify_lengths(verify_lengths, gamma),
                  prompt=prompt, eos_id=eos_id, check_finite=check_finite)
@@ -209,7 +215,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
 
 def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, max_decode_len,
             rng, sampling, lenience, verification, confidence_threshold, verify_lengths, prompt,
-            eos_id, check_finite) -> DecodeOutput:
+            eos_id, check_finite, draft_sampling=None) -> DecodeOutput:
   """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
   speculate = draft_step_fn is not None
   batch = target_cache.batch_size
@@ -217,6 +223,7 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
                                gamma=gamma,
                      max_decode_len=max_decode_len, prompt=prompt)
   sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
+  draft_sampling = draft_sampling if draft_sampling is not None else sampling
 
   tokens = jnp.full((batch, max_decode_len + gamma + 2), BOS_ID, jnp.int32)
   index = jnp.zeros((batch,), jnp.int32)
@@ -243,7 +250,8 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
 
   if speculate:
     body = _speculative_body(target_step_fn, draft_step_fn, gamma=gamma,
-                             max_decode_len=max_decode_len, sampling=sampling, lenience=lenience,
+                             max_decode_len=max_decode_len, sampling=sampling,
+                             draft_sampling=draft_sampling, lenience=lenience,
                              verification=verification,
                              confidence_threshold=confidence_threshold,
                              verify_lengths=verify_lengths, eos_id=eos_id,
@@ -297,8 +305,8 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
 
 
 def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, sampling,
-                      lenience, verification, confidence_threshold, verify_lengths, eos_id,
-                      check_finite):
+                      draft_sampling, lenience, verification, confidence_threshold,
+                      verify_lengths, eos_id, check_finite):
   """One speculative iteration: up to gamma draft calls, one verify call, accept."""
 
   def body(s: _LoopState) -> _LoopState:
@@ -310,7 +318,7 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
     #    proposes its first lengths[b] (all gamma unless confidence_threshold).
     draft_keys = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key), 0, 1)
     draft_cache, x, q, lengths, steps, draft_bad = drafting.draft_block(
-        draft_step_fn, s.draft_cache, last, draft_keys, gamma=gamma, sampling=sampling,
+        draft_step_fn, s.draft_cache, last, draft_keys, gamma=gamma, sampling=draft_sampling,
         active=active, confidence_threshold=confidence_threshold, check_finite=check_finite)
 
     # 2. Verify: one target call over [last, x_1..x_gamma] (or its first K

@@ -192,6 +192,7 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
 def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
+                         draft_sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, verification: str = 'token',
                          confidence_threshold: float | None = None,
                          verify_lengths: tuple[int, ...] | None = None,
@@ -210,7 +211,10 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     rng: one PRNG key, or [B] keys (one stream per row).
     gamma: static number of drafted tokens per iteration.
     max_decode_len: static maximum number of output tokens per row.
-    sampling: traced temperature/top-k/top-p; greedy when None.
+    sampling: traced temperature/top-k/top-p of p; greedy when None.
+    draft_sampling: traced knobs of q; None uses `sampling`'s. Any q keeps
+      the output exact (`sampling.untruncated()`: no top-k/top-p work per
+      draft step; see decoding.speculative_decode).
     lenience: traced l of Appendix A.5 in (0, 1]; 1 is exact.
     verification: static 'token' or 'block' (see speculative.accept_reject).
     confidence_threshold: None drafts gamma tokens; a traced number in [0, 1]
@@ -236,8 +240,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
   check_inputs(encoder_input_tokens, prompt, target.vocab_size)
   speculative.check_lenience(lenience)
   drafting.check_threshold(confidence_threshold)
-  return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt,
-                               lenience, confidence_threshold,
+  return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
+                               prompt, lenience, confidence_threshold,
                                gamma=decoding.check_size('gamma', gamma),
                                verify_lengths=None if verify_lengths is None else tuple(
                                    verify_lengths),
@@ -338,16 +342,16 @@ def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_
 
 @functools.partial(jax.jit, static_argnames=('gamma', 'verification', 'verify_lengths',
                                              'max_decode_len', 'eos_id', 'check_finite'))
-def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, prompt, lenience,
-                          confidence_threshold, *, gamma, verification, verify_lengths,
-                          max_decode_len, eos_id, check_finite):
+def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
+                          prompt, lenience, confidence_threshold, *, gamma, verification,
+                          verify_lengths, max_decode_len, eos_id, check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
   return decoding.speculative_decode(
       target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
-      max_decode_len=max_decode_len, rng=rng, sampling=sampling, lenience=lenience,
-      verification=verification, confidence_threshold=confidence_threshold,
+      max_decode_len=max_decode_len, rng=rng, sampling=sampling, draft_sampling=draft_sampling,
+      lenience=lenience, verification=verification, confidence_threshold=confidence_threshold,
       verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)
 
 

@@ -51,6 +51,10 @@ class SamplingParams:
         top_k=jnp.asarray(top_k, jnp.int32),
         top_p=jnp.asarray(top_p, jnp.float32))
 
+  def untruncated(self) -> 'SamplingParams':
+    """The same temperature with top-k and top-p off (e.g. a draft's knobs: any q is exact)."""
+    return self.replace(top_k=jnp.zeros_like(self.top_k), top_p=jnp.ones_like(self.top_p))
+
 
 def all_greedy(params: SamplingParams) -> jax.Array:
   """[] bool: every row decodes at temperature 0 (traced: decided per call, not per trace)."""

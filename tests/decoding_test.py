@@ -18,22 +18,23 @@ EOS = 1
 
 
 def _decode(target, draft, *, batch, max_len, gamma, rng, params=None, prompt=None, eos_id=EOS,
-            lenience=1.0, verification='token', confidence_threshold=None, verify_lengths=None):
+            lenience=1.0, verification='token', confidence_threshold=None, verify_lengths=None,
+            draft_params=None):
   """Runs one loop over stub models; draft=None runs the baseline.
 
   The tables are traced arguments of one jitted function, so every call with
   the same shapes and static settings reuses one compiled loop.
   """
-  return _run(target.table, None if draft is None else draft.table, rng, params, prompt,
-              lenience, confidence_threshold, batch=batch, max_len=max_len, gamma=gamma,
+  return _run(target.table, None if draft is None else draft.table, rng, params, draft_params,
+              prompt, lenience, confidence_threshold, batch=batch, max_len=max_len, gamma=gamma,
               eos_id=eos_id, verification=verification, verify_lengths=verify_lengths)
 
 
 @functools.partial(jax.jit, static_argnames=('batch', 'max_len', 'gamma', 'eos_id',
                                              'verification', 'verify_lengths'),
                    compiler_options=stubs.OPTIMIZED)
-def _run(target_table, draft_table, rng, params, prompt, lenience, confidence_threshold, *,
-         batch, max_len, gamma, eos_id, verification, verify_lengths):
+def _run(target_table, draft_table, rng, params, draft_params, prompt, lenience,
+         confidence_threshold, *, batch, max_len, gamma, eos_id, verification, verify_lengths):
   target = stubs.TableModel(target_table)
   capacity = decoding.cache_length(max_len, gamma)
   if draft_table is None:
@@ -44,8 +45,8 @@ def _run(target_table, draft_table, rng, params, prompt, lenience, confidence_th
   return decoding.speculative_decode(
       target.step_fn, target.init_cache(batch, capacity), draft.step_fn,
       draft.init_cache(batch, capacity), gamma=gamma, max_decode_len=max_len, rng=rng,
-      sampling=params, prompt=prompt, eos_id=eos_id, lenience=lenience,
-      verification=verification, confidence_threshold=confidence_threshold,
+      sampling=params, draft_sampling=draft_params, prompt=prompt, eos_id=eos_id,
+      lenience=lenience, verification=verification, confidence_threshold=confidence_threshold,
       verify_lengths=verify_lengths)
 
 
@@ -80,16 +81,19 @@ def _outcome_counts(out, dist):
   return counts
 
 
-@pytest.mark.parametrize('gamma, knobs, verification, threshold', [
-    (None, dict(temperature=1.0), 'token', None),
-    (1, dict(temperature=1.0), 'token', None),
-    (3, dict(temperature=1.0), 'token', None),
-    (3, dict(temperature=0.9, top_k=4, top_p=0.9), 'token', None),
-    (3, dict(temperature=1.0), 'block', None),
-    (2, dict(temperature=0.9, top_k=4, top_p=0.9), 'block', None),
-    (3, dict(temperature=1.0), 'block', 0.4),  # token with a threshold: block_verification_test
+@pytest.mark.parametrize('gamma, knobs, verification, threshold, untruncated_draft', [
+    (None, dict(temperature=1.0), 'token', None, False),
+    (1, dict(temperature=1.0), 'token', None, False),
+    (3, dict(temperature=1.0), 'token', None, False),
+    (3, dict(temperature=0.9, top_k=4, top_p=0.9), 'token', None, False),
+    (3, dict(temperature=0.9, top_k=4, top_p=0.9), 'token', None, True),  # q keeps every token
+    (3, dict(temperature=1.0), 'block', None, False),
+    (2, dict(temperature=0.9, top_k=4, top_p=0.9), 'block', None, False),
+    (2, dict(temperature=0.9, top_k=4, top_p=0.9), 'block', None, True),
+    (3, dict(temperature=1.0), 'block', 0.4, False),  # token: block_verification_test
 ])
-def test_sequence_distribution_is_the_targets(gamma, knobs, verification, threshold):
+def test_sequence_distribution_is_the_targets(gamma, knobs, verification, threshold,
+                                              untruncated_draft):
   """Joint law of the first three tokens of the full loop == p's, by chi-square."""
   vocab, max_len, rows = 6, 3, 120_000
   target = stubs.TableModel.random(0, vocab, banned=0.15)
@@ -98,7 +102,8 @@ def test_sequence_distribution_is_the_targets(gamma, knobs, verification, thresh
   dist = _sequence_distribution(target, params, max_len)
   out = _decode(target, draft if gamma else None, batch=rows, max_len=max_len, gamma=gamma or 0,
                 rng=jax.random.key(11), params=params, verification=verification,
-                confidence_threshold=threshold)
+                confidence_threshold=threshold,
+                draft_params=params.untruncated() if untruncated_draft else None)
   counts = _outcome_counts(out, dist)
   probs = np.append(np.array(list(dist.values())), 0.0)
   assert stubs.chi_square_pvalue(counts, probs) > FALSE_POSITIVE_RATE
@@ -131,6 +136,22 @@ def test_greedy_speculative_equals_greedy_baseline(seed, gamma, verification):
       np.arange(3) < np.array([[2], [0], [1], [3]]), prompt, np.asarray(spec.tokens)[:, :3]))
   assert int(jnp.sum(spec.accept_histogram)) == int(jnp.sum(spec.target_calls))
   assert int(jnp.sum(spec.target_calls)) <= int(jnp.sum(base.target_calls))
+
+
+def test_draft_sampling_defaults_to_the_targets_and_is_used_for_q():
+  vocab, rows = 8, 64
+  target = stubs.TableModel.random(0, vocab, banned=0.15)
+  draft = stubs.TableModel.random(1, vocab, banned=0.25)
+  params = sampling.SamplingParams.create(temperature=1.0, top_k=2)
+  run = functools.partial(_decode, target, draft, batch=rows, max_len=6, gamma=3,
+                          rng=jax.random.key(5), params=params)
+  same, default, plain = run(draft_params=params), run(), run(draft_params=params.untruncated())
+  np.testing.assert_array_equal(same.tokens, default.tokens)
+  # q with top-k 2 proposes only the draft's two best tokens; untruncated, others too.
+  assert not np.array_equal(plain.accept_histogram, default.accept_histogram)
+  untruncated = params.untruncated()
+  assert int(untruncated.top_k) == 0 and float(untruncated.top_p) == 1.0
+  assert float(untruncated.temperature) == 1.0
 
 
 @pytest.mark.parametrize('temperature', [0.0, 1.0])
