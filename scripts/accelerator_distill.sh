@@ -118,7 +118,10 @@ bounded_train() {  # trains for at most train_seconds, then exports the last che
   if [[ -z $train_seconds ]]; then "$python" "${args[@]}"; return; fi
   timeout -k 30 "$train_seconds" "$python" "${args[@]}" || code=$?
   [[ $code == 0 ]] && return
-  [[ $code == 124 ]] || exit "$code"
+  # 124: stopped at the bound; 137: killed 30 s later, when the stop caught an asynchronous
+  # checkpoint save (orbax then hung at exit). Either way the last complete checkpoint (a
+  # numbered folder: orbax renames one only when it is written) is exported.
+  [[ $code == 124 || $code == 137 ]] || exit "$code"
   last=$(ls "$out/workdir/checkpoints" 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1 || true)
   [[ -n $last ]] || { echo "no checkpoint within --train_seconds $train_seconds" >&2; exit 1; }
   echo "training stopped after $train_seconds s: exporting step $last of $steps" >&2
