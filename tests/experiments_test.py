@@ -167,8 +167,7 @@ def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
   times = step_costs.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
                                verify_measured_s=np.array([1.0, 1.05, 1.1, 1.15, 1.2]) * 1e-3)
   stats = acceptance.AlphaStats.from_betas(np.tile([1.0, 1, 0], (2, 10)), np.array([30, 30]))
-  monkeypatch.setattr(step_costs, 'measure_step_times', lambda *args, **kwargs: times)
-  monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(times, []))
+  monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(times, times, []))
   monkeypatch.setattr(acceptance, 'measure_alpha', lambda *args, **kwargs: stats)
   assert int(theory.best_gamma(stats.alpha, times.c, 4, times.r, times.c_first)[0]) == 4
   settings = experiments.WalltimeSettings(n=2, temperatures=(0.0,), gamma_max=4, gammas=(),
@@ -183,19 +182,26 @@ def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
   assert np.argmax(curve) == 1
 
 
-def _fixed_rounds(times, log):
-  """A stand-in for step_costs.StepCostRounds whose rounds give `times` and are logged."""
+def _fixed_rounds(before, between, log):
+  """A stand-in for step_costs.StepCostRounds: `before` from timed(), then `between`."""
 
   class Rounds:
 
-    def __init__(self, **kwargs):
+    def __init__(self, *args, **kwargs):
       log.append(('built', kwargs['k_max']))
+
+    def timed(self, repeats, progress=False):
+      log.append(('timed', repeats))
+      return before
+
+    def clear(self):
+      log.append('clear')
 
     def round(self):
       log.append('round')
 
     def times(self):
-      return times
+      return between
 
   return Rounds
 
@@ -206,8 +212,7 @@ def test_walltime_experiment_predicts_with_parts_timed_between_the_loops(target,
   between = step_costs.StepTimes(draft_s=3e-4, draft_first_s=5e-4,
                                  verify_measured_s=np.array([1.0, 1.6, 1.9]) * 1e-3)
   log, inputs_timed = [], []
-  monkeypatch.setattr(step_costs, 'measure_step_times', lambda *args, **kwargs: before)
-  monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(between, log))
+  monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(before, between, log))
   time_decoding = walltime.time_decoding
 
   def recording(*args, between, **kwargs):
@@ -221,7 +226,8 @@ def test_walltime_experiment_predicts_with_parts_timed_between_the_loops(target,
   _, rows, timing = experiments.walltime_experiment(
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
   # Every 3 // 2 = 1 input, and after the last: a round after each of the three inputs.
-  assert log == [('built', 3), 0, 'round', 1, 'round', 2, 'round'] and inputs_timed == [0, 1, 2]
+  assert log == [('built', 3), ('timed', 5), 'clear', 0, 'round', 1, 'round', 2, 'round']
+  assert inputs_timed == [0, 1, 2]
   assert timing['c'] == pytest.approx(between.c)
   assert timing['gamma_chosen_with']['c'] == pytest.approx(before.c)
   row = rows[0]

@@ -132,11 +132,11 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   inputs, references = task_inputs(s.task, s.split, s.n, s.max_input_len)
   rng = jax.random.key(s.seed)
 
-  parts = dict(target=target, draft=draft,
-               encoder_input_tokens=loading.trim_padding(inputs[0])[None],  # as time_decoding
-               k_max=max((s.gamma_max, *s.gammas)) + 1, max_decode_len=s.max_decode_len,
-               num_steps=s.num_steps)
-  times = step_costs.measure_step_times(**parts, progress=True)  # picks gamma
+  rounds = step_costs.StepCostRounds(
+      target, draft, loading.trim_padding(inputs[0])[None],  # as time_decoding cuts it
+      k_max=max((s.gamma_max, *s.gammas)) + 1, max_decode_len=s.max_decode_len,
+      num_steps=s.num_steps)
+  times = rounds.timed(5, progress=True)  # picks gamma
   print(f'c = {times.c:.4f} (first draft step after a target call: {times.c_first:.4f}), '
         f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
 
@@ -172,7 +172,7 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
                      for g in gammas})
   # The predictions' parts are timed between the inputs the loops decode, not minutes
   # before them: a shared machine's speed drifts.
-  rounds = step_costs.StepCostRounds(**parts)
+  rounds.clear()
   every = max(1, len(inputs) // s.parts_rounds)
   decoded = walltime.time_decoding(
       decoders, inputs, rng, repeats=s.repeats, progress=True,

@@ -314,6 +314,13 @@ class StepCostRounds:
     """Forgets the rounds timed so far."""
     self._seconds = {name: [] for name in self._runs}
 
+  def timed(self, repeats: int, progress: bool = False) -> StepTimes:
+    """Forgets earlier rounds, times `repeats` rounds in a row and returns their times."""
+    self.clear()
+    for _ in progress_lib.bar(range(repeats), desc='step costs', disable=not progress):
+      self.round()
+    return self.times()
+
   def round(self) -> None:
     """Times one round (see the class docstring)."""
     for name in [*self._runs, 'pair', 'alone']:
@@ -347,11 +354,9 @@ def measure_step_times(target: models.T5Model, draft: loading.Draft,
     repeats: timed rounds.
     progress: show a progress bar.
   """
-  rounds = StepCostRounds(target, draft, encoder_input_tokens, k_max=k_max,
-                          max_decode_len=max_decode_len, num_steps=num_steps)
-  for _ in progress_lib.bar(range(repeats), desc='step costs', disable=not progress):
-    rounds.round()
-  return rounds.times()
+  return StepCostRounds(target, draft, encoder_input_tokens, k_max=k_max,
+                        max_decode_len=max_decode_len, num_steps=num_steps).timed(repeats,
+                                                                                 progress)
 
 
 def nondecreasing_fit(values: np.ndarray) -> np.ndarray:
