@@ -54,6 +54,10 @@ def main() -> None:
   parser.add_argument('--truncations', nargs='*', default=['40,1', '0,0.9'], metavar='K,P',
                       help='top_k,top_p pairs also run at temperature 1 (default: top_k 40, '
                            'top_p 0.9); none to skip')
+  parser.add_argument('--truncated_draft', action='store_true',
+                      help='q truncates with top-k/top-p as p does (default: q samples at the '
+                           'temperature alone, which skips the truncation per draft step; exact '
+                           'either way)')
   parser.add_argument('--gamma_max', type=int, default=8, help='largest gamma best_gamma tries')
   parser.add_argument('--gammas', type=int, nargs='*', default=[1, 2, 3, 5],
                       help='gammas also timed, for the speedup-vs-gamma plot')
@@ -76,7 +80,8 @@ def main() -> None:
       gamma_max=args.gamma_max, gammas=tuple(args.gammas), max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, batch_size=args.batch_size, repeats=args.repeats,
       num_steps=args.num_steps, seed=args.seed, t5x_baseline=args.baseline == 't5x',
-      truncations=tuple(map(_truncation, args.truncations)))
+      truncations=tuple(map(_truncation, args.truncations)),
+      untruncated_draft=not args.truncated_draft)
   alpha_rows, walltime_rows, timing = experiments.walltime_experiment(
       target, draft, draft_name, settings, target_name=pathlib.Path(args.target_config).stem)
 

@@ -14,7 +14,9 @@ slower than float32 on CPUs without native bf16).
   python -m spec_decode.demo            # the short Table 2 on this machine
 
 measures c, c_first and r(K), alpha at temperature 0 and 1 (and at 1 with
-top_k 40 and with top_p 0.9), chooses gamma by eq. (5) with the measured r
+top_k 40 and with top_p 0.9, where the draft samples at the temperature alone
+and only p truncates: exact, and cheaper per draft step; `--truncated_draft`
+truncates q too), chooses gamma by eq. (5) with the measured r
 and c_first along the target's outputs (each position's own beta:
 `theory.best_gamma_along`), times the baseline and speculative decoding at
 batch 1 on the first Multi30k test sentences, with c, c_first and r(K) timed
@@ -99,6 +101,9 @@ def main(argv=None) -> int:
   parser.add_argument('--head_size', type=int, default=4096,
                       help='the draft scores only the N tokens most frequent in the training '
                            'targets (exact; 98%% of their tokens at 4096; 0: all 8192)')
+  parser.add_argument('--truncated_draft', action='store_true',
+                      help='with top-k/top-p, q truncates as p does (default: q samples at the '
+                           'temperature alone; exact either way)')
   parser.add_argument('--n', type=int, default=24, help='Multi30k test sentences timed')
   parser.add_argument('--repeats', type=int, default=2, help='timed runs per input (median)')
   parser.add_argument('--out_dir', default='out/demo_walltime')
@@ -107,7 +112,7 @@ def main(argv=None) -> int:
   settings = experiments.WalltimeSettings(
       task='demo_ende', split='test_multi30k', n=args.n, temperatures=(0.0, 1.0),
       gamma_max=7, gammas=(), max_decode_len=64, repeats=args.repeats, num_steps=32,
-      truncations=((40, 1.0), (0, 0.9)))
+      truncations=((40, 1.0), (0, 0.9)), untruncated_draft=not args.truncated_draft)
   try:
     check_head_size(args.head_size)
   except ValueError as error:

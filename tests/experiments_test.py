@@ -243,7 +243,41 @@ def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
   knobs = [(r['temperature'], r['top_k'], r['top_p']) for r in walltime_rows]
   assert knobs == [(0.0, 0, 1.0), (1.0, 40, 1.0), (1.0, 0, 0.9)]
-  assert [report.knobs_label(r) for r in alpha_rows] == ['T=0', 'T=1 top_k=40', 'T=1 top_p=0.9']
+  assert [report.knobs_label(r) for r in alpha_rows] == [
+      'T=0', 'T=1 top_k=40 (q untruncated)', 'T=1 top_p=0.9 (q untruncated)']
+
+
+@pytest.mark.parametrize('untruncated', [True, False])
+def test_walltime_experiment_gives_the_draft_its_knobs(target, monkeypatch, untruncated):
+  given = {'alpha': [], 'decoder': []}
+  measure_alpha, speculative_decoder = acceptance.measure_alpha, walltime.speculative_decoder
+
+  def alpha(*args, draft_sampling, **kwargs):
+    given['alpha'].append(draft_sampling)
+    return measure_alpha(*args, draft_sampling=draft_sampling, **kwargs)
+
+  def decoder(*args, draft_sampling, **kwargs):
+    given['decoder'].append(draft_sampling)
+    return speculative_decoder(*args, draft_sampling=draft_sampling, **kwargs)
+
+  monkeypatch.setattr(acceptance, 'measure_alpha', alpha)
+  monkeypatch.setattr(walltime, 'speculative_decoder', decoder)
+  settings = experiments.WalltimeSettings(n=1, temperatures=(1.0,), gamma_max=1, gammas=(),
+                                          max_input_len=32, max_decode_len=4, batch_size=1,
+                                          repeats=1, num_steps=2, truncations=((0, 0.9),),
+                                          untruncated_draft=untruncated)
+  alpha_rows, rows, _ = experiments.walltime_experiment(
+      target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
+  plain, nucleus = given['alpha']
+  assert plain is None and given['decoder'][0] is None  # plain T = 1: the target's knobs
+  if untruncated:
+    for q in (nucleus, given['decoder'][1]):
+      assert float(q.top_p) == 1.0 and int(q.top_k) == 0 and float(q.temperature) == 1.0
+  else:
+    assert nucleus is None and given['decoder'][1] is None
+  suffix = ' (q untruncated)' if untruncated else ''
+  assert [report.knobs_label(r) for r in (*alpha_rows, *rows)] == [
+      'T=1', f'T=1 top_p=0.9{suffix}'] * 2
 
 
 def test_walltime_experiment_times_every_setting_in_one_interleaved_run(target, monkeypatch):
@@ -260,8 +294,9 @@ def test_walltime_experiment_times_every_setting_in_one_interleaved_run(target, 
                                           repeats=1, num_steps=2, truncations=((40, 1.0),))
   _, rows, _ = experiments.walltime_experiment(
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
-  assert calls == [[('T=1', 'baseline'), ('T=1', 'gamma=1'), ('T=1 top_k=40', 'baseline'),
-                    ('T=1 top_k=40', 'gamma=1')]]
+  top_k_label = 'T=1 top_k=40 (q untruncated)'
+  assert calls == [[('T=1', 'baseline'), ('T=1', 'gamma=1'), (top_k_label, 'baseline'),
+                    (top_k_label, 'gamma=1')]]
   plain, top_k = rows
   assert 'speedup_over_plain' not in plain
   assert top_k['speedup_over_plain'] == top_k['measured_speedup'] / plain['measured_speedup']

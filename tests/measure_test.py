@@ -95,6 +95,35 @@ def test_alpha_matches_the_engines_acceptance_rate(target, draft, inputs):
   assert 0.2 < stats.alpha < 0.98  # a draft that is neither useless nor perfect
 
 
+NUCLEUS = sampling_lib.SamplingParams.create(1.0, top_p=0.9)
+
+
+def test_betas_with_the_drafts_own_knobs(target, draft, inputs):
+  tokens, _ = _generate(target, inputs, NUCLEUS)
+  decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))
+  p, q = (sampling_lib.adjust(acceptance.teacher_forced_logits(m, inputs[:8], decoder_inputs), s)
+          for m, s in ((target, NUCLEUS), (draft, NUCLEUS.untruncated())))
+  untruncated = acceptance.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens),
+                                 NUCLEUS, NUCLEUS.untruncated())
+  np.testing.assert_allclose(untruncated, np.sum(np.minimum(p, q), -1), rtol=1e-5, atol=1e-6)
+  same = acceptance.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens), NUCLEUS)
+  assert not np.allclose(untruncated, same)  # the knobs reach q
+
+
+def test_alpha_of_an_untruncated_draft_matches_the_engines_acceptance_rate(target, draft, inputs):
+  """As above, with p truncated to its nucleus and q not (false-positive rate ~6e-5)."""
+  tokens, lengths = _generate(target, inputs, NUCLEUS, n=32)
+  stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=NUCLEUS,
+                                   batch_size=16, draft_sampling=NUCLEUS.untruncated())
+  out = models.speculative_generate(target, draft, inputs, jax.random.key(1), gamma=1,
+                                    max_decode_len=MAX_DECODE_LEN, sampling=NUCLEUS,
+                                    draft_sampling=NUCLEUS.untruncated())
+  rejected, accepted = np.asarray(out.accept_histogram)
+  rate = accepted / (accepted + rejected)
+  stderr = np.hypot(stats.stderr, np.sqrt(rate * (1 - rate) / (accepted + rejected)))
+  assert abs(rate - stats.alpha) < 4 * stderr, (rate, stats.alpha, stderr)
+
+
 def test_alpha_stats_from_betas():
   betas = np.array([[1.0, 0.0, 0.7], [1.0, 1.0, 1.0], [0.5, 0.3, 0.2]])
   stats = acceptance.AlphaStats.from_betas(betas, np.array([2, 3, 1]))

@@ -49,6 +49,8 @@ def test_knobs_label_names_the_truncation():
   assert report.knobs_label(dict(temperature=0.0)) == 'T=0'
   assert report.knobs_label(dict(temperature=1.0, top_k=40, top_p=1.0)) == 'T=1 top_k=40'
   assert report.knobs_label(dict(temperature=1.0, top_k=0, top_p=0.9)) == 'T=1 top_p=0.9'
+  assert (report.knobs_label(dict(temperature=1.0, top_k=0, top_p=0.9, q_untruncated=True))
+          == 'T=1 top_p=0.9 (q untruncated)')
 
 
 def test_markdown_table():

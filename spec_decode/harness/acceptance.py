@@ -92,7 +92,8 @@ class AlphaStats:
 
 @jax.jit
 def betas(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: jax.Array,
-          tokens: jax.Array, sampling: sampling_lib.SamplingParams) -> jax.Array:
+          tokens: jax.Array, sampling: sampling_lib.SamplingParams,
+          draft_sampling: sampling_lib.SamplingParams | None = None) -> jax.Array:
   """beta at every position of given output sequences, one pass per model.
 
   Args:
@@ -100,7 +101,9 @@ def betas(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: ja
     draft: M_q, same vocabulary.
     encoder_input_tokens: [B, S] int32, 0 = padding.
     tokens: [B, L] int32 outputs; position j holds token j + 1 of the output.
-    sampling: applied identically to p and q.
+    sampling: applied to p (and to q unless draft_sampling is given).
+    draft_sampling: q's own knobs, as `speculative_generate` takes them
+      (e.g. `sampling.untruncated()`); None: `sampling`.
 
   Returns:
     [B, L] float32 sum_x min(p_j(x), q_j(x)), p_j and q_j the adjusted
@@ -110,7 +113,8 @@ def betas(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: ja
   p = sampling_lib.adjust(teacher_forced_logits(target, encoder_input_tokens,
                                                 decoder_input_tokens), sampling)
   q = sampling_lib.adjust(teacher_forced_logits(draft, encoder_input_tokens,
-                                                decoder_input_tokens), sampling)
+                                                decoder_input_tokens),
+                           sampling if draft_sampling is None else draft_sampling)
   return jnp.sum(jnp.minimum(p, q), axis=-1)
 
 
@@ -142,7 +146,8 @@ def generate_sequences(target: models.T5Model, encoder_input_tokens: np.ndarray,
 
 def measure_alpha(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: np.ndarray,
                   tokens: np.ndarray, lengths: np.ndarray, *,
-                  sampling: sampling_lib.SamplingParams, batch_size: int = 16) -> AlphaStats:
+                  sampling: sampling_lib.SamplingParams, batch_size: int = 16,
+                  draft_sampling: sampling_lib.SamplingParams | None = None) -> AlphaStats:
   """alpha of a draft on the target's outputs (from `generate_sequences`).
 
   Args:
@@ -151,11 +156,12 @@ def measure_alpha(target: models.T5Model, draft: loading.Draft, encoder_input_to
     encoder_input_tokens: [N, S] int32.
     tokens: [N, L] int32 the target's outputs.
     lengths: [N] their lengths.
-    sampling: applied identically to p and q.
+    sampling: applied to p (and to q unless draft_sampling is given).
     batch_size: rows per teacher-forced pass.
+    draft_sampling: q's own knobs (`betas`); None: `sampling`.
   """
   n = len(tokens)
   per_row = [np.asarray(betas(target, draft, jnp.asarray(encoder_input_tokens[rows]),
-                              jnp.asarray(tokens[rows]), sampling))
+                              jnp.asarray(tokens[rows]), sampling, draft_sampling))
              for rows in _batches(n, batch_size)]
   return AlphaStats.from_betas(np.concatenate(per_row)[:n], lengths)

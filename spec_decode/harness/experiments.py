@@ -93,6 +93,11 @@ class WalltimeSettings:
     t5x_baseline: also time T5X's `decoding.temperature_sample` (needs t5x).
     truncations: (top_k, top_p) pairs also run at temperature 1, e.g.
       ((40, 1.0), (0, 0.9)): top-k 40, and nucleus 0.9.
+    untruncated_draft: with top-k or top-p, q samples at the temperature alone
+      (`SamplingParams.untruncated()`; the output stays exactly p's): it skips
+      the truncation at every draft step. alpha is then measured between
+      the truncated p and the untruncated q, and the rows say so
+      (`q_untruncated`).
   """
 
   task: str = 'demo_ende'
@@ -110,6 +115,7 @@ class WalltimeSettings:
   seed: int = 0
   t5x_baseline: bool = False
   truncations: Sequence[tuple[int, float]] = ()
+  untruncated_draft: bool = True
 
   def sampling_settings(self) -> list[tuple[float, int, float]]:
     """(temperature, top_k, top_p) of every walltime table row group."""
@@ -144,13 +150,16 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
   alpha_rows, plans = [], []
   decoders = {}
   for temperature, top_k, top_p in s.sampling_settings():
-    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    sampling = sampling_lib.SamplingParams.create(**knobs)
+    sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
+    untruncated = s.untruncated_draft and (top_k > 0 or top_p < 1.0)
+    draft_sampling = sampling.untruncated() if untruncated else None
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                 **({'q_untruncated': True} if untruncated else {}))
     tokens, lengths = acceptance.generate_sequences(
         target, inputs, sampling=sampling, max_decode_len=s.max_decode_len, rng=rng,
         batch_size=s.batch_size, progress=True)
     stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
-                                     batch_size=s.batch_size)
+                                     batch_size=s.batch_size, draft_sampling=draft_sampling)
     alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name, **knobs,
                            **stats.row()))
     # Along the target's outputs, not at alpha everywhere: acceptance varies by position.
@@ -168,8 +177,8 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       decoders[label, 't5x'] = walltime.t5x_baseline_decoder(
           target, max_decode_len=s.max_decode_len, sampling=sampling)
     decoders.update({(label, f'gamma={g}'): walltime.speculative_decoder(
-        target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling)
-                     for g in gammas})
+        target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling,
+        draft_sampling=draft_sampling) for g in gammas})
   # The predictions' parts are timed between the inputs the loops decode, not minutes
   # before them: a shared machine's speed drifts.
   rounds.clear()

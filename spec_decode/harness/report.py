@@ -56,12 +56,14 @@ def write_csv(path: pathlib.Path, rows: Sequence[Row]) -> None:
 
 
 def knobs_label(row: Row) -> str:
-  """'T=1', 'T=1 top_k=40', 'T=1 top_p=0.9': a row's sampling knobs."""
+  """'T=1', 'T=1 top_k=40', 'T=1 top_p=0.9 (q untruncated)': a row's sampling knobs."""
   label = f'T={row["temperature"]:g}'
   if row.get('top_k', 0) > 0:
     label += f' top_k={row["top_k"]}'
   if row.get('top_p', 1.0) < 1.0:
     label += f' top_p={row["top_p"]:g}'
+  if row.get('q_untruncated'):
+    label += ' (q untruncated)'
   return label
 
 

@@ -164,10 +164,12 @@ def speculative_decoder(target: models.T5Model, draft: loading.Draft, *, gamma: 
                         max_decode_len: int, sampling: sampling_lib.SamplingParams,
                         lenience: float = 1.0, verification: str = 'token',
                         confidence_threshold: float | None = None,
-                        verify_lengths: tuple[int, ...] | None = None) -> DecodeFn:
+                        verify_lengths: tuple[int, ...] | None = None,
+                        draft_sampling: sampling_lib.SamplingParams | None = None) -> DecodeFn:
   """`models.speculative_generate` with its settings fixed, as a DecodeFn."""
   return lambda inputs, keys: models.speculative_generate(
       target, draft, inputs, keys, gamma=gamma, max_decode_len=max_decode_len, sampling=sampling,
+      draft_sampling=draft_sampling,
       lenience=lenience, verification=verification, confidence_threshold=confidence_threshold,
       verify_lengths=verify_lengths, eos_id=loading.EOS_ID)
 
