@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import json
 import pathlib
+import sys
 import time
 from typing import Any, NamedTuple
 
@@ -143,6 +144,10 @@ class WhiteboxConfig:
     learning_rate, warmup_steps, weight_decay, checkpoint_every, seed: as in
       `spec_decode.train.TrainConfig` (longer outputs are cut to the last
       target bucket).
+    train_seconds: a bound on this call's training time (None: none): the
+      first step that ends past it is checkpointed, logged ({step,
+      stopped_early, time}) and exported like the last, and training ends
+      there (the learning-rate schedule stays num_steps' own).
   """
 
   divergence: str = 'fkl'
@@ -172,6 +177,7 @@ class WhiteboxConfig:
   weight_decay: float = 0.01
   checkpoint_every: int = 100
   seed: int = 0
+  train_seconds: float | None = None
 
   def __post_init__(self):
     weights = (self.reference_weight, self.distilled_weight, self.on_policy_weight)
@@ -189,7 +195,8 @@ class WhiteboxConfig:
         (1 <= self.max_decode_len <= self.target_buckets[-1],
          'max_decode_len must be in [1, target_buckets[-1]]'),
         (min(self.on_policy_every, self.on_policy_samples, self.log_every) >= 1,
-         'on_policy_every, on_policy_samples and log_every must be >= 1')):
+         'on_policy_every, on_policy_samples and log_every must be >= 1'),
+        (self.train_seconds is None or self.train_seconds > 0, 'train_seconds must be > 0')):
       if not ok:
         raise ConfigError(message)
 
@@ -279,7 +286,8 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
       without it); it must not exist or be empty.
 
   Returns:
-    The draft's TrainState after `cfg.num_steps` steps.
+    The draft's TrainState after `cfg.num_steps` steps (fewer when
+    `cfg.train_seconds` ran out).
   """
   if export_dir and pathlib.Path(export_dir).is_dir() and any(pathlib.Path(export_dir).iterdir()):
     raise ConfigError(f'the export directory {export_dir} is not empty')
@@ -318,6 +326,7 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
   if start == 0 and eval_set is not None:
     evaluate(0, state.params)
   t0 = last = time.perf_counter()
+  deadline = None if cfg.train_seconds is None else t0 + cfg.train_seconds
   stats = []
   for step in range(start, cfg.num_steps):
     if cfg.on_policy_weight and (step == start or step % cfg.on_policy_every == 0):
@@ -328,7 +337,9 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
                                     tx=tx, name=cfg.divergence)
     stats.append(batch_stats)
     done = step + 1
-    if done % cfg.log_every == 0 or done == cfg.num_steps:
+    # Checked before the step's logging, so that a stopped run's last step is logged and saved.
+    stop = deadline is not None and done < cfg.num_steps and time.perf_counter() > deadline
+    if done % cfg.log_every == 0 or done == cfg.num_steps or stop:
       means = dict(zip(Stats._fields, np.mean(jax.device_get(stats), axis=0).tolist()))
       now = time.perf_counter()
       record(done, {**means, 'seconds': now - t0, 'seconds_per_step': (now - last) / len(stats)})
@@ -336,9 +347,14 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
       stats, last = [], now
     if eval_set is not None and (done % cfg.eval_every == 0 or done == cfg.num_steps):
       evaluate(done, state.params)
-    if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
+    if done % cfg.checkpoint_every == 0 or done == cfg.num_steps or stop:
       manager.save(done, args=ocp.args.StandardSave(state))
     bar.update(1)
+    if stop:
+      record(done, {'stopped_early': True})
+      bar.write(f'train_seconds {cfg.train_seconds:g} ran out: stopped after step {done} '
+                f'of {cfg.num_steps}', file=sys.stderr)
+      break
   bar.close()
   log.close()
   manager.wait_until_finished()
