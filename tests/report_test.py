@@ -51,6 +51,8 @@ def test_knobs_label_names_the_truncation():
   assert report.knobs_label(dict(temperature=1.0, top_k=0, top_p=0.9)) == 'T=1 top_p=0.9'
   assert (report.knobs_label(dict(temperature=1.0, top_k=0, top_p=0.9, q_untruncated=True))
           == 'T=1 top_p=0.9 (q untruncated)')
+  assert (report._slug(('demo_ende', 'nano', 'T=1 top_p=0.9 (q untruncated)'))  # file names
+          == 'demo_ende_nano_T1-top_p0.9-q-untruncated')
 
 
 def test_markdown_table():

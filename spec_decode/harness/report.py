@@ -73,7 +73,7 @@ def _group(row: Row) -> tuple[str, str, str]:
 
 def _slug(group: tuple[str, str, str]) -> str:
   task, draft, knobs = group
-  return re.sub(r'[^A-Za-z0-9_.-]+', '-', f'{task}_{draft}_{knobs.replace("=", "")}')
+  return re.sub(r'[^A-Za-z0-9_.-]+', '-', f'{task}_{draft}_{knobs.replace("=", "")}').strip('-')
 
 
 def _quality(row: Row) -> str:
