@@ -7,7 +7,7 @@ One interleaved run, batch 1, Multi30k test inputs decoded to exactly L tokens
 (no EOS) for two L, so that the line seconds = fixed + iterations * per_iteration
 (spec_decode.harness.loop_costs) splits each decoder's time into what every input pays once
 and what each loop iteration costs, at T = 0, at T = 1, and at T = 1 with
-top_k 40 and with top_p 0.9. It prints:
+top_k 40 and with top_p 0.9 (the draft untruncated, as in the demo). It prints:
 
   - per-input fixed cost: baseline, speculative, and the draft's own `start`
     (encoder pass + cross-attention K/V), the last against the rule
@@ -54,10 +54,13 @@ def main() -> None:
   parser.add_argument('--lengths', type=int, nargs=2, default=[1, 40],
                       help='the two output lengths L of the cost line')
   parser.add_argument('--repeats', type=int, default=3)
-  parser.add_argument('--alphas', type=float, nargs=4, default=[0.702, 0.621, 0.662, 0.675],
+  parser.add_argument('--alphas', type=float, nargs=4, default=[0.743, 0.691, 0.719, 0.729],
                       metavar=('T0', 'T1', 'TOPK', 'TOPP'),
                       help='acceptance rates per knob for the predicted speedup (the demo '
-                           'measures them)')
+                           'measures them; these are its 2026-12-03 values, q untruncated)')
+  parser.add_argument('--truncated_draft', action='store_true',
+                      help='with top-k/top-p, q truncates as p does (default: q samples at the '
+                           'temperature alone, as in the demo)')
   parser.add_argument('--t5x_path', default=None,
                       help='a folder holding the t5x package (its decoding.py suffices)')
   args = parser.parse_args()
@@ -75,7 +78,10 @@ def main() -> None:
   for name, knobs in KNOBS.items():
     sampling = sampling_lib.SamplingParams.create(**knobs)
     decoders[f'baseline {name}'] = loop_costs.baseline(target, sampling)
-    decoders[f'speculative {name}'] = loop_costs.speculative(target, draft, args.gamma, sampling)
+    # As the demo: with top-k/top-p only p truncates (exact for any q; --truncated_draft).
+    draft_sampling = None if args.truncated_draft else sampling.untruncated()
+    decoders[f'speculative {name}'] = loop_costs.speculative(target, draft, args.gamma, sampling,
+                                                             draft_sampling)
   if args.t5x_path:
     sys.path.insert(0, args.t5x_path)
     decoders['t5x T=0'] = _t5x_decoder(target)

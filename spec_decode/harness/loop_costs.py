@@ -125,11 +125,12 @@ def baseline(target: models.T5Model, sampling: sampling_lib.SamplingParams) -> L
 
 
 def speculative(target: models.T5Model, draft, gamma: int,
-                sampling: sampling_lib.SamplingParams) -> LengthDecodeFn:
-  """Speculative decoding with `gamma`, never stopped by EOS."""
+                sampling: sampling_lib.SamplingParams,
+                draft_sampling: sampling_lib.SamplingParams | None = None) -> LengthDecodeFn:
+  """Speculative decoding with `gamma` (q's knobs: draft_sampling), never stopped by EOS."""
   return lambda inputs, keys, length: models.speculative_generate(
       target, draft, inputs, keys, gamma=gamma, max_decode_len=length, sampling=sampling,
-      eos_id=NO_EOS)
+      draft_sampling=draft_sampling, eos_id=NO_EOS)
 
 
 def measure_loop_costs(decoders: dict[str, LengthDecodeFn], encoder_input_tokens: np.ndarray,
