@@ -79,7 +79,8 @@ def main() -> None:
     sampling = sampling_lib.SamplingParams.create(**knobs)
     decoders[f'baseline {name}'] = loop_costs.baseline(target, sampling)
     # As the demo: with top-k/top-p only p truncates (exact for any q; --truncated_draft).
-    draft_sampling = None if args.truncated_draft else sampling.untruncated()
+    truncates = 'top_k' in knobs or 'top_p' in knobs
+    draft_sampling = sampling.untruncated() if truncates and not args.truncated_draft else None
     decoders[f'speculative {name}'] = loop_costs.speculative(target, draft, args.gamma, sampling,
                                                              draft_sampling)
   if args.t5x_path:
