@@ -209,6 +209,7 @@ def positional_walltime_improvement(
     c: ArrayLike,
     verify_cost: Optional[VerifyCost] = None,
     c_first: Optional[ArrayLike] = None,
+    iteration_cost: Optional[float] = None,
 ) -> float:
   """`finite_walltime_improvement` with each output's acceptance per position.
 
@@ -223,6 +224,7 @@ def positional_walltime_improvement(
     c: draft step time over target step time, >= 0 (a scalar).
     verify_cost: as in `walltime_improvement`.
     c_first: as in `walltime_improvement`.
+    iteration_cost: as in `walltime_improvement`.
 
   Returns:
     The expected speedup.
@@ -231,7 +233,7 @@ def positional_walltime_improvement(
   if not tokens:
     raise ValueError('betas must hold at least one position.')
   calls, sweeps = np.sum([expected_calls_along(b, gamma) for b in betas], axis=0)
-  gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first)
+  gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first, iteration_cost)
   return float(tokens / calls / (cost + sweeps / calls * c))
 
 
@@ -253,9 +255,19 @@ def best_gamma_along(betas: Sequence[ArrayLike], c: float, gamma_max: int = 8,
 
 
 def _iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[VerifyCost],
-                    c_first: Optional[ArrayLike]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(gamma, c, c_first + (gamma - 1) c + r(gamma + 1)), checked: one iteration in target steps."""
+                    c_first: Optional[ArrayLike], iteration_cost: Optional[ArrayLike] = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(gamma, c, one iteration in target steps), checked.
+
+  The iteration: `iteration_cost` where given (timed whole), else
+  c_first + (gamma - 1) c + r(gamma + 1).
+  """
   gamma, c = _check_gamma(gamma), _check_cost(c, 'c')
+  if iteration_cost is not None:
+    cost = _check_cost(iteration_cost, 'iteration_cost')
+    if np.any(cost <= 0):
+      raise ValueError(f'iteration_cost must be > 0, got {iteration_cost}.')
+    return gamma, c, cost
   c_first = c if c_first is None else _check_cost(c_first, 'c_first')
   return gamma, c, c_first + (gamma - 1) * c + _verify_cost(verify_cost, gamma + 1)
 
@@ -284,6 +296,7 @@ def walltime_improvement(
     c: ArrayLike,
     verify_cost: Optional[VerifyCost] = None,
     c_first: Optional[ArrayLike] = None,
+    iteration_cost: Optional[ArrayLike] = None,
 ) -> np.ndarray:
   """Eq. (5): expected walltime speedup over plain decoding.
 
@@ -304,11 +317,17 @@ def walltime_improvement(
       verify_cost[K - 1] = r(K).
     c_first: None (= c), or the first draft step's time after a target call
       over a target step, >= 0.
+    iteration_cost: None, or an iteration's model calls (gamma draft steps
+      and the verify call) timed whole in one loop, in target steps, > 0: it
+      replaces c_first + (gamma - 1) c + r(gamma + 1), and counts what the
+      two models cost each other beyond c_first (each evicts the other's
+      weights from a CPU's cache).
 
   Returns:
     The broadcast array of expected speedups.
   """
-  return expected_tokens(alpha, gamma) / _iteration_cost(gamma, c, verify_cost, c_first)[2]
+  return expected_tokens(alpha, gamma) / _iteration_cost(gamma, c, verify_cost, c_first,
+                                                         iteration_cost)[2]
 
 
 def operations_factor(

@@ -194,6 +194,9 @@ def _fixed_rounds(before, between, log):
       log.append(('timed', repeats))
       return before
 
+    def add_iterations(self, gammas):
+      log.append(('iterations', tuple(gammas)))
+
     def clear(self):
       log.append('clear')
 
@@ -210,7 +213,8 @@ def test_walltime_experiment_predicts_with_parts_timed_between_the_loops(target,
   before = step_costs.StepTimes(draft_s=1e-4, draft_first_s=2e-4,
                                 verify_measured_s=np.array([1.0, 1.1, 1.2]) * 1e-3)
   between = step_costs.StepTimes(draft_s=3e-4, draft_first_s=5e-4,
-                                 verify_measured_s=np.array([1.0, 1.6, 1.9]) * 1e-3)
+                                 verify_measured_s=np.array([1.0, 1.6, 1.9]) * 1e-3,
+                                 iteration_s={1: 2.4e-3, 2: 3.1e-3})
   log, inputs_timed = [], []
   monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(before, between, log))
   time_decoding = walltime.time_decoding
@@ -226,13 +230,17 @@ def test_walltime_experiment_predicts_with_parts_timed_between_the_loops(target,
   _, rows, timing = experiments.walltime_experiment(
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
   # Every 3 // 2 = 1 input, and after the last: a round after each of the three inputs.
-  assert log == [('built', 3), ('timed', 5), 'clear', 0, 'round', 1, 'round', 2, 'round']
+  gamma = rows[0]['gamma']  # whole iterations of the gamma decoded, timed between the loops
+  assert log == [('built', 3), ('timed', 5), ('iterations', (gamma,)), 'clear', 0, 'round', 1,
+                 'round', 2, 'round']
   assert inputs_timed == [0, 1, 2]
   assert timing['c'] == pytest.approx(between.c)
   assert timing['gamma_chosen_with']['c'] == pytest.approx(before.c)
   row = rows[0]
   assert row['predicted_speedup'] == pytest.approx(theory.walltime_improvement(
       row['alpha'], row['gamma'], between.c, between.r, between.c_first))
+  assert row['predicted_iteration_speedup'] == pytest.approx(theory.walltime_improvement(
+      row['alpha'], gamma, between.c, iteration_cost=between.iteration_s[gamma] / 1e-3))
 
 
 def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):

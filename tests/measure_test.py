@@ -216,7 +216,16 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   with pytest.raises(ValueError, match='no round timed yet'):
     rounds.times()
   rounds.round()
-  assert rounds.times().verify_measured_s.shape == (2,)
+  assert rounds.times().verify_measured_s.shape == (2,) and rounds.times().iteration_s == {}
+  rounds.add_iterations([1])  # gamma 1: one draft step, then the verify call over 2
+  rounds.round()
+  times = rounds.times()
+  assert list(times.iteration_s) == [1] and times.iteration_s[1] > 0
+  assert times.iteration_cost(1) == times.iteration_s[1] / times.target_s
+  assert times.iteration_cost(2) is None and times.row()['iteration_cost'] == {
+      '1': times.iteration_cost(1)}
+  with pytest.raises(ValueError, match='gamma must be in 1..1'):
+    rounds.add_iterations([2])  # its verify call (K = 3) exceeds k_max
   rounds.clear()
   with pytest.raises(ValueError, match='no round timed yet'):
     rounds.times()
@@ -272,7 +281,11 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert row['other_ms'] == pytest.approx(
       row['iteration_ms'] - row['draft_ms'] - row['verify_ms'] - row['fixed_ms'])
   assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))
-  assert 'positional_tokens_per_call' not in row
+  assert 'positional_tokens_per_call' not in row and 'iteration_cost' not in row
+  whole = dataclasses.replace(times, iteration_s={2: 1.5e-3})  # i(2) = 1.5 target steps
+  row = walltime.summarize(baseline, speculative, gamma=2, alpha=0.6, times=whole)
+  assert row['iteration_cost'] == pytest.approx(1.5)
+  assert row['predicted_iteration_speedup'] == pytest.approx(theory.expected_tokens(0.6, 2) / 1.5)
 
   # At temperature 0 the betas (0 or 1) along the target's outputs give the loop's
   # tokens per call exactly.
@@ -288,6 +301,10 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert row['positional_tokens_per_call'] == pytest.approx(speculative.tokens_per_call)
   assert row['predicted_positional_speedup'] == pytest.approx(
       theory.positional_walltime_improvement(stats.betas, 2, times.c, times.r, times.c_first))
+  row = walltime.summarize(baseline, speculative, gamma=2, alpha=stats.alpha, times=whole,
+                           betas=stats.betas)
+  assert row['predicted_positional_iteration_speedup'] == pytest.approx(
+      theory.positional_walltime_improvement(stats.betas, 2, times.c, iteration_cost=1.5))
 
 
 def _greedy_predictions(target, draft, inputs, tokens):

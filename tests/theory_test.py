@@ -225,6 +225,19 @@ def test_positional_walltime_improvement():
                              7 / 3 / (0.2 + 3 * 0.1 + 1.6 + 0.1 / 3))
 
 
+def test_iteration_cost_replaces_the_summed_parts():
+  r = np.array([1.0, 1.3, 1.4, 1.5, 1.6])
+  # An iteration timed whole at 2.1 target steps, where c_first + 3 c + r(5) sums to 1.9.
+  np.testing.assert_allclose(theory.walltime_improvement(0.7, 4, 0.1, r, 0.2, iteration_cost=2.1),
+                             theory.expected_tokens(0.7, 4) / 2.1)
+  betas = [np.array([1, 1, 1, 1, 1, 0, 1.0])]  # as above: 3 calls, one sweep (catch-up: c)
+  np.testing.assert_allclose(
+      theory.positional_walltime_improvement(betas, 4, 0.1, r, 0.2, iteration_cost=2.1),
+      7 / 3 / (2.1 + 0.1 / 3))
+  with pytest.raises(ValueError, match='iteration_cost'):
+    theory.walltime_improvement(0.7, 4, 0.1, iteration_cost=0.0)
+
+
 def test_best_gamma_along():
   r = np.array([1.0, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0])
   # Runs of four easy tokens, then a hard one: gamma 4 sweeps each run.

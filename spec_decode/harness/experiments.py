@@ -180,7 +180,9 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
         target, draft, gamma=g, max_decode_len=s.max_decode_len, sampling=sampling,
         draft_sampling=draft_sampling) for g in gammas})
   # The predictions' parts are timed between the inputs the loops decode, not minutes
-  # before them: a shared machine's speed drifts.
+  # before them: a shared machine's speed drifts. So are whole iterations of the
+  # gammas decoded: what an iteration's model calls cost together.
+  rounds.add_iterations(sorted({g for plan in plans for g in plan[4]}))
   rounds.clear()
   every = max(1, len(inputs) // s.parts_rounds)
   decoded = walltime.time_decoding(
@@ -188,7 +190,8 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       between=lambda i: rounds.round() if i % every == every - 1 or i == len(inputs) - 1 else None)
   chosen_with, times = times, rounds.times()
   print(f'between the loops: c = {times.c:.4f} (first: {times.c_first:.4f}), '
-        f'r(K) = {np.round(times.r, 3).tolist()}', file=sys.stderr)
+        f'r(K) = {np.round(times.r, 3).tolist()}, i(gamma) = '
+        f'{ {g: round(times.iteration_cost(g), 3) for g in times.iteration_s} }', file=sys.stderr)
 
   walltime_rows = []
   for label, knobs, stats, best, gammas in plans:

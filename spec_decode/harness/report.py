@@ -102,29 +102,28 @@ ALPHA_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def _at_lengths(row: Row) -> str:
-  """The prediction at the outputs' lengths, and measured / it ('-' in older results).
+def _measured_over(key: str) -> Callable[[Row], str]:
+  """A cell: the prediction `row[key]` and measured / it ('-' where older results lack it).
 
-  Eq. (1) assumes every iteration can run its course; an output ends
-  mid-iteration, and a clean sweep costs one more draft call
-  (`theory.finite_walltime_improvement`).
+  'predicted_finite_speedup': at the outputs' lengths (an output ends
+  mid-iteration, and a clean sweep costs one more draft call:
+  `theory.finite_walltime_improvement`); 'predicted_positional_speedup': the
+  same at each position's measured beta instead of alpha everywhere
+  (`theory.positional_walltime_improvement`).
   """
-  if 'predicted_finite_speedup' not in row:
+  def cell(row: Row) -> str:
+    if key not in row:
+      return '-'
+    return f'{row[key]:.2f}X ({row["measured_speedup"] / row[key]:.2f})'
+  return cell
+
+
+def _whole_iterations(row: Row) -> str:
+  """Eq. (1) and each position's beta over whole iterations timed (measured / it), or '-'."""
+  if 'predicted_iteration_speedup' not in row:
     return '-'
-  predicted = row['predicted_finite_speedup']
-  return f'{predicted:.2f}X ({row["measured_speedup"] / predicted:.2f})'
-
-
-def _along_positions(row: Row) -> str:
-  """The prediction at the per-position acceptance, and measured / it ('-' without it).
-
-  As at the outputs' lengths, with each position's measured beta instead of
-  alpha everywhere (`theory.positional_walltime_improvement`).
-  """
-  if 'predicted_positional_speedup' not in row:
-    return '-'
-  predicted = row['predicted_positional_speedup']
-  return f'{predicted:.2f}X ({row["measured_speedup"] / predicted:.2f})'
+  cells = [row['predicted_iteration_speedup'], row.get('predicted_positional_iteration_speedup')]
+  return '; '.join(f'{p:.2f}X ({row["measured_speedup"] / p:.2f})' for p in cells if p)
 
 
 WALLTIME_COLUMNS: tuple[Column, ...] = (
@@ -138,8 +137,12 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
     ('predicted (r, c_first)', lambda r: f'{r["predicted_speedup"]:.2f}X'),
     ('measured / predicted', lambda r: f'{r["measured_speedup"] / r["predicted_speedup"]:.2f}'),
-    ("predicted at the outputs' lengths (measured / it)", _at_lengths),
-    ("predicted at each position's beta (measured / it)", _along_positions),
+    ("predicted at the outputs' lengths (measured / it)",
+     _measured_over('predicted_finite_speedup')),
+    ("predicted at each position's beta (measured / it)",
+     _measured_over('predicted_positional_speedup')),
+    ("whole iterations timed, i(gamma): predicted (measured / it), eq. (1); at each "
+     "position's beta", _whole_iterations),
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
     ("tokens/call (eq. (1); at the outputs' lengths; at each position's beta)",
      lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f}; '
@@ -155,7 +158,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
 SWEEP_COLUMNS: tuple[Column, ...] = (
     WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
     ('chosen', lambda r: 'yes' if r['chosen'] else ''),
-) + WALLTIME_COLUMNS[6:13]
+) + WALLTIME_COLUMNS[6:14]
 
 
 BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
@@ -172,9 +175,11 @@ BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
      lambda r: f'{r["scaled_other_ms"]:.3f}' if 'scaled_other_ms' in r else '-'),
     ('fixed ms per input: baseline / speculative',
      lambda r: f'{r["baseline_fixed_ms"]:.1f} / {r["speculative_fixed_ms"]:.1f}'),
-    ("loop speedup (predicted at each position's beta)",
+    ("loop speedup (predicted at each position's beta; with i(gamma))",
      lambda r: f'{r["loop_speedup"]:.2f}X' + (
-         f' ({r["predicted_positional_speedup"]:.2f}X)'
+         f' ({r["predicted_positional_speedup"]:.2f}X' + (
+             f'; {r["predicted_positional_iteration_speedup"]:.2f}X'
+             if 'predicted_positional_iteration_speedup' in r else '') + ')'
          if 'predicted_positional_speedup' in r else '')),
 )
 
@@ -213,6 +218,11 @@ def _timing_section(timing: Row) -> str:
           f'assumes r = 1 and c_first = c); a call over more positions never costs less, so '
           f'r(K) is the non-decreasing least-squares fit of the measured times, which keeps '
           f'a noisy dip from steering best_gamma:\n\n{table}\n\n![r(K)](r_vs_k.png)'
+          + ''.join(f'\n\nA whole iteration of gamma = {g} (its draft steps, then the verify '
+                    f'call, in one loop: each model evicts the other\'s weights) costs '
+                    f'**i({g}) = {i:.3f}** target steps, against c_first + {int(g) - 1} c + '
+                    f'r({int(g) + 1}) = {timing["c_first"] + (int(g) - 1) * timing["c"] + timing["r"][int(g)]:.3f} summed.'
+                    for g, i in timing.get('iteration_cost', {}).items())
           + _chosen_with_note(timing))
 
 

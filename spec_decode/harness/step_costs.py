@@ -7,6 +7,8 @@ median over repeats (Section 3.3 and `theory.walltime_improvement`):
   c = draft step (K = 1) / target step (K = 1)
   c_first = the first draft step after a target call / target step
   r(K) = target call over K positions / target step (K = 1)
+  i(gamma) = a whole iteration's model calls (gamma draft steps, then the
+      verify call over gamma + 1 positions) in one loop / target step
 
 r(K) is used as the non-decreasing fit of the measured times
 (`nondecreasing_fit`): a call over more positions never costs less.
@@ -43,11 +45,16 @@ class StepTimes:
       from the cache.
     verify_measured_s: [k_max] one target call over K = 1 .. k_max
       positions, as timed.
+    iteration_s: gamma -> one whole iteration's model calls (gamma draft
+      steps, then the verify call over gamma + 1 positions) timed in one
+      loop, where each model evicts the other's weights as in decoding; empty
+      unless timed (`StepCostRounds.add_iterations`).
   """
 
   draft_s: float
   draft_first_s: float
   verify_measured_s: np.ndarray
+  iteration_s: dict[int, float] = dataclasses.field(default_factory=dict)
 
   @property
   def verify_s(self) -> np.ndarray:
@@ -74,11 +81,17 @@ class StepTimes:
     """[k_max] r(K) = verify_s[K - 1] / target_s, theory's `verify_cost`."""
     return self.verify_s / self.target_s
 
+  def iteration_cost(self, gamma: int) -> float | None:
+    """i(gamma): a whole iteration's model calls in target steps (None if not timed)."""
+    seconds = self.iteration_s.get(gamma)
+    return None if seconds is None else seconds / self.target_s
+
   def row(self) -> dict:
     return dict(target_step_ms=1e3 * self.target_s, draft_step_ms=1e3 * self.draft_s, c=self.c,
                 draft_first_ms=1e3 * self.draft_first_s, c_first=self.c_first,
                 verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist(),
-                verify_measured_ms=(1e3 * np.asarray(self.verify_measured_s)).tolist())
+                verify_measured_ms=(1e3 * np.asarray(self.verify_measured_s)).tolist(),
+                iteration_cost={str(g): self.iteration_cost(g) for g in sorted(self.iteration_s)})
 
 
 def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
@@ -279,6 +292,8 @@ class StepCostRounds:
   drift of a shared machine between runs cancels instead of landing in it.
   Rounds can be spread between other timings (`walltime.time_decoding`'s
   `between`) so that the parts and the loops they predict meet the same machine.
+  After `add_iterations(gammas)` a round also times whole iterations (gamma
+  draft steps, then the verify call) for those gammas: i(gamma).
 
   Args:
     target: M_p.
@@ -298,6 +313,9 @@ class StepCostRounds:
                                               max_decode_len // 2)
     step = functools.partial(_step_loop, encoder_input_tokens=encoder_input_tokens,
                              num_steps=num_steps)
+    self._iteration = functools.partial(_iteration_loop, target, draft, encoder_input_tokens,
+                                        (target_cache, draft_cache), parts=('drafts', 'verify'),
+                                        num_steps=num_steps)
     self._runs = {
         'draft': lambda: step(draft, cache=draft_cache, k=1),
         **{k: functools.partial(step, target, cache=target_cache, k=k)
@@ -309,6 +327,20 @@ class StepCostRounds:
     self._k_max, self._num_steps = k_max, num_steps
     jax.block_until_ready([run() for run in self._runs.values()])  # compile and warm up
     self.clear()
+
+  def add_iterations(self, gammas: Sequence[int]) -> None:
+    """From now on a round also times whole iterations of each gamma (compiled here).
+
+    Raises:
+      ValueError: a gamma outside 1 .. k_max - 1.
+    """
+    for gamma in gammas:
+      if not 1 <= gamma < self._k_max:
+        raise ValueError(f'gamma must be in 1..{self._k_max - 1} (k_max - 1), got {gamma}')
+      self._runs[('iteration', gamma)] = run = functools.partial(
+          self._iteration, gamma=gamma, verify_k=gamma + 1)
+      jax.block_until_ready(run())
+      self._seconds[('iteration', gamma)] = []
 
   def clear(self) -> None:
     """Forgets the rounds timed so far."""
@@ -335,7 +367,9 @@ class StepCostRounds:
     return StepTimes(
         draft_s=per_call('draft'),
         draft_first_s=max(float(np.median(first)), 0.0) / self._num_steps,
-        verify_measured_s=np.asarray([per_call(k) for k in range(1, self._k_max + 1)]))
+        verify_measured_s=np.asarray([per_call(k) for k in range(1, self._k_max + 1)]),
+        iteration_s={name[1]: per_call(name) for name in self._runs
+                     if isinstance(name, tuple) and self._seconds[name]})
 
 
 def measure_step_times(target: models.T5Model, draft: loading.Draft,

@@ -265,6 +265,10 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     timed minutes before the loops, and these machines drift: `slowdown` is
     the baseline's ms per iteration (fixed cost removed) over the target step
     as timed, and `scaled_other_ms` the rest with the parts scaled by it.
+    Where `times` holds this gamma's whole iteration (`StepTimes.iteration_s`),
+    also `iteration_cost` (in target steps) and the predictions with it in
+    place of the summed parts: `predicted_iteration_speedup` (eq. (1)) and,
+    with betas, `predicted_positional_iteration_speedup`.
 
   Raises:
     ValueError: either decoder generated no tokens.
@@ -299,6 +303,13 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
         positional_tokens_per_call=sum(len(b) for b in betas) / calls,
         predicted_positional_speedup=theory.positional_walltime_improvement(
             betas, gamma, times.c, times.r, times.c_first))
+  cost = times.iteration_cost(gamma)
+  if cost is not None:  # the iteration's model calls timed whole, in one loop
+    positional.update(iteration_cost=cost, predicted_iteration_speedup=float(
+        theory.walltime_improvement(alpha, gamma, times.c, iteration_cost=cost)))
+    if betas is not None:
+      positional['predicted_positional_iteration_speedup'] = (
+          theory.positional_walltime_improvement(betas, gamma, times.c, iteration_cost=cost))
   return dict(
       gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
       measured_speedup=length_ratio * baseline.total_s / speculative.total_s,
