@@ -42,6 +42,8 @@ def test_loop_costs_need_two_lengths():
     loop_costs.measure_loop_costs({}, np.zeros((1, 4), np.int32), jax.random.key(0), lengths=(5, 5))
 
 
-def test_start_time_is_positive(target):
+def test_start_times_alone_and_in_one_program(target):
   inputs = np.ones((2, 8), np.int32)
-  assert loop_costs.start_time(target, inputs, capacity=8, repeats=2) > 0
+  seconds = loop_costs.start_times(target, target, inputs, capacity=8, repeats=2)
+  assert all(seconds[name] > 0 for name in ('target', 'draft', 'both'))
+  assert seconds['draft_in_program'] == seconds['both'] - seconds['target']

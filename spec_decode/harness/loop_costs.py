@@ -19,8 +19,8 @@ keeps, so the walltime at an acceptance rate alpha is predicted by
   speedup = E[tokens per iteration](alpha, gamma) * baseline / speculative
             (per-iteration costs; eq. (1) gives the expectation).
 
-`start_time` times the fixed cost's main piece alone: one model's encoder pass
-and cross-attention keys/values with a fresh cache.
+`start_times` times the fixed cost's main piece: each model's encoder pass and
+cross-attention keys/values with a fresh cache, alone and both in one program.
 
 `loop_work_time` times the loops' own work alone, with model calls that cost
 nothing.
@@ -187,24 +187,38 @@ def iteration_speedup(alpha: float, gamma: int, baseline_cost: LoopCost,
 
 
 @functools.partial(jax.jit, static_argnames=('capacity',))
-def _start(model, encoder_input_tokens: jax.Array, capacity: int):
-  return model.start(encoder_input_tokens, capacity)[1]
+def _starts(models_: tuple, encoder_input_tokens: jax.Array, capacity: int):
+  return tuple(model.start(encoder_input_tokens, capacity)[1] for model in models_)
 
 
-def start_time(model, encoder_input_tokens: np.ndarray, *, capacity: int,
-               repeats: int = 9) -> float:
-  """Seconds per input of one model's `start`: encoder pass, cross K/V, fresh cache.
+def start_times(target, draft, encoder_input_tokens: np.ndarray, *, capacity: int,
+                repeats: int = 9) -> dict[str, float]:
+  """Seconds per input of `start` (encoder pass, cross K/V, fresh cache), batch 1.
 
-  Median over repeats of each input, averaged over the inputs [N, S]; batch 1.
+  Three programs, interleaved per input: the target's start, the draft's, and
+  both in one program as the speculative decoder runs them. Each call alone
+  also pays a dispatch and a wait that a decoder pays once for both models,
+  so what the draft's start adds to a decoder is `draft_in_program`, both
+  minus the target's.
+
+  Args:
+    target: M_p.
+    draft: M_q.
+    encoder_input_tokens: [N, S] inputs, each started alone.
+    capacity: the caches' positions.
+    repeats: timed rounds per input (median), averaged over the inputs.
+
+  Returns:
+    'target', 'draft', 'both' and 'draft_in_program' seconds.
   """
+  runs = {'target': (target,), 'draft': (draft,), 'both': (target, draft)}
   inputs = [jnp.asarray(encoder_input_tokens[i:i + 1]) for i in range(len(encoder_input_tokens))]
-  jax.block_until_ready(_start(model, inputs[0], capacity))
-  seconds = []
+  seconds = {name: [] for name in runs}
   for x in inputs:
-    runs = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      jax.block_until_ready(_start(model, x, capacity))
-      runs.append(time.perf_counter() - start)
-    seconds.append(np.median(runs))
-  return float(np.mean(seconds))
+    rounds = step_costs.round_robin(
+        {name: functools.partial(_starts, models_, x, capacity) for name, models_ in runs.items()},
+        repeats)
+    for name, times in rounds.items():
+      seconds[name].append(np.median(times))
+  out = {name: float(np.mean(s)) for name, s in seconds.items()}
+  return dict(out, draft_in_program=out['both'] - out['target'])
