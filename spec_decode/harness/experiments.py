@@ -216,8 +216,10 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       for metric, value in quality_baseline.items():
         row.update({f'{metric}_baseline': value, f'{metric}_speculative': quality[g][metric]})
       walltime_rows.append(row)
+      whole = row.get('predicted_iteration_speedup')
       print(f'{label}, gamma {g}: {row["measured_speedup"]:.2f}X measured, '
-            f'{row["predicted_speedup"]:.2f}X predicted', file=sys.stderr)
+            f'{row["predicted_speedup"]:.2f}X predicted'
+            + (f' ({whole:.2f}X with whole iterations timed)' if whole else ''), file=sys.stderr)
   add_knob_ratios(walltime_rows)
   return alpha_rows, walltime_rows, dict(times.row(), gamma_chosen_with=chosen_with.row())
 
