@@ -32,6 +32,7 @@ from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode.harness import report_plots
 from spec_decode.harness import step_costs
 
 
@@ -172,7 +173,7 @@ COLUMNS: tuple[report.Column, ...] = (
 def plot(path: pathlib.Path, rows: Sequence[dict]) -> None:
   """Target calls per output token and the walltime ratio of each decoder."""
   labels = ['plain'] + [f'g{r["gamma"]} m{r["draft_width"]}' for r in rows[1:]]
-  fig = report.figure((9, 3.5))
+  fig = report_plots.figure((9, 3.5))
   left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
   x = np.arange(len(rows))
   left.bar(x - 0.2, [r['calls_per_token'] for r in rows], 0.4, label='per output token')

@@ -34,6 +34,7 @@ from spec_decode import whitebox
 from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode.harness import report_plots
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / 'scripts'
 # (task, split, first n inputs): where alpha is measured.
@@ -178,7 +179,7 @@ def write_report(out: pathlib.Path, results: list[dict], s: Settings,
   paths[0].write_text(text)
   report.write_csv(paths[1], results)
   paths[2].write_text(json.dumps({'settings': dataclasses.asdict(s), 'rows': results}, indent=1))
-  fig = report.figure((8, 4))
+  fig = report_plots.figure((8, 4))
   ax = fig.add_subplot()
   width = 0.8 / len(results)
   for i, r in enumerate(results):

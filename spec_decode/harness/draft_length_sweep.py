@@ -23,6 +23,7 @@ from spec_decode import sampling as sampling_lib
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode.harness import report_plots
 from spec_decode.harness import verification_sweep
 from spec_decode.harness import walltime
 
@@ -154,7 +155,7 @@ def summary(rows: Sequence[dict]) -> list[dict]:
 def plot(path: pathlib.Path, rows: Sequence[dict]) -> None:
   """Speedup against drafts per call (fixed and adaptive), and adaptive drafted lengths."""
   temperatures = sorted({r['temperature'] for r in rows})
-  fig = report.figure((4.5 * len(temperatures), 6.5))
+  fig = report_plots.figure((4.5 * len(temperatures), 6.5))
   for column, temperature in enumerate(temperatures):
     group = [r for r in rows if r['temperature'] == temperature]
     fixed = [r for r in group if r['kind'] == 'fixed']

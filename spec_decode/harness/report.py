@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from spec_decode import theory
+from spec_decode.harness import report_plots
 
 
 Row = dict[str, Any]
@@ -123,7 +123,8 @@ def _whole_iterations(row: Row) -> str:
   if 'predicted_iteration_speedup' not in row:
     return '-'
   cells = [row['predicted_iteration_speedup'], row.get('predicted_positional_iteration_speedup')]
-  return '; '.join(f'{p:.2f}X ({row["measured_speedup"] / p:.2f})' for p in cells if p)
+  return '; '.join(f'{p:.2f}X ({row["measured_speedup"] / p:.2f})' for p in cells
+                   if p is not None)
 
 
 WALLTIME_COLUMNS: tuple[Column, ...] = (
@@ -218,12 +219,20 @@ def _timing_section(timing: Row) -> str:
           f'assumes r = 1 and c_first = c); a call over more positions never costs less, so '
           f'r(K) is the non-decreasing least-squares fit of the measured times, which keeps '
           f'a noisy dip from steering best_gamma:\n\n{table}\n\n![r(K)](r_vs_k.png)'
-          + ''.join(f'\n\nA whole iteration of gamma = {g} (its draft steps, then the verify '
-                    f'call, in one loop: each model evicts the other\'s weights) costs '
-                    f'**i({g}) = {i:.3f}** target steps, against c_first + {int(g) - 1} c + '
-                    f'r({int(g) + 1}) = {timing["c_first"] + (int(g) - 1) * timing["c"] + timing["r"][int(g)]:.3f} summed.'
-                    for g, i in timing.get('iteration_cost', {}).items())
-          + _chosen_with_note(timing))
+          + _iterations_note(timing) + _chosen_with_note(timing))
+
+
+def _iterations_note(timing: Row) -> str:
+  """i(gamma) of each gamma timed whole, against the parts it replaces ('' if none)."""
+  notes = []
+  for gamma, cost in timing.get('iteration_cost', {}).items():
+    g = int(gamma)
+    summed = timing['c_first'] + (g - 1) * timing['c'] + timing['r'][g]
+    notes.append(f'\n\nA whole iteration of gamma = {g} (its draft steps, then the verify call, '
+                 f'in one loop: each model evicts the other\'s weights) costs **i({g}) = '
+                 f'{cost:.3f}** target steps, against c_first + {g - 1} c + r({g + 1}) = '
+                 f'{summed:.3f} summed.')
+  return ''.join(notes)
 
 
 def _chosen_with_note(timing: Row) -> str:
@@ -236,89 +245,6 @@ def _chosen_with_note(timing: Row) -> str:
           f'chosen with a timing just before the loops: c = {before["c"]:.3f}, c_first = '
           f'{before["c_first"]:.3f}, r(K) = '
           + ', '.join(f'{r:.3f}' for r in before['r']) + '.')
-
-
-def figure(size: tuple[float, float]):
-  """A matplotlib Figure on the Agg canvas (no pyplot state).
-
-  matplotlib is imported here, so that the tables of a report need only numpy
-  (accelerator images may lack matplotlib; see `shapes_report`).
-  """
-  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  fig = Figure(figsize=size)
-  FigureCanvasAgg(fig)
-  return fig
-
-
-
-def plot_verify_cost(path: pathlib.Path, r: Sequence[float], raw_r: Sequence[float]) -> None:
-  """r(K) against K, with the paper's r = 1 and no parallelism (r = K).
-
-  Args:
-    path: the PNG to write.
-    r: [k_max] r(K) as used (the non-decreasing fit).
-    raw_r: [k_max] r(K) as measured.
-  """
-  k = np.arange(1, len(r) + 1)
-  fig = figure((5, 3.5))
-  ax = fig.add_subplot()
-  ax.plot(k, raw_r, 'o', label='measured')
-  ax.plot(k, r, '-', label='r(K): non-decreasing fit')
-  ax.plot(k, np.ones_like(k), '--', label='r = 1 (paper)')
-  ax.plot(k, k, ':', label='r = K (serial)')
-  ax.set(xlabel='K (positions per target call)', ylabel='r(K) [target steps]', xticks=k,
-         title='Cost of one target call over K positions')
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-
-
-def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[float]) -> None:
-  """Measured speedups of one group against eq. (5), with r(K) and c_first, and along outputs."""
-  alpha, c, c_first = rows[0]['alpha'], rows[0]['c'], rows[0]['c_first']
-  gammas = np.arange(1, len(r))
-  fig = figure((5, 3.5))
-  ax = fig.add_subplot()
-  ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c), '--', label='eq. (5), r = 1')
-  ax.plot(gammas, theory.walltime_improvement(alpha, gammas, c, np.asarray(r), c_first), '-',
-          label='eq. (5) with measured r(K), c_first')
-  if 'positional_curve' in rows[0]:
-    curve = rows[0]['positional_curve']  # gamma 1 .. the chosen gamma's gamma_max
-    ax.plot(np.arange(1, len(curve) + 1), curve, '-.',
-            label="the same along the outputs (each position's beta)")
-  ax.plot([x['gamma'] for x in rows], [x['measured_speedup'] for x in rows], 'o',
-          label='measured')
-  chosen = [x for x in rows if x['chosen']]
-  ax.plot([x['gamma'] for x in chosen], [x['measured_speedup'] for x in chosen], 'r*',
-          markersize=12, label='chosen gamma')
-  ax.axhline(1.0, color='gray', linewidth=0.8)
-  ax.set(xlabel='gamma', ylabel='walltime speedup', xticks=gammas,
-         title=f'{rows[0]["task"]}, {rows[0]["draft"]}, {knobs_label(rows[0])}\n'
-               f'alpha = {alpha:.2f}, c = {c:.2f}, c_first = {c_first:.2f}')
-  ax.title.set_fontsize(9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-
-
-def plot_tokens_per_call(path: pathlib.Path, row: Row) -> None:
-  """Measured tokens per target call (n + 1) against eq. (1)'s truncated geometric law."""
-  histogram = np.asarray(row['accept_histogram'], np.float64)
-  gamma = len(histogram) - 1
-  k = np.arange(1, gamma + 2)
-  fig = figure((5, 3.5))
-  ax = fig.add_subplot()
-  ax.bar(k, histogram / histogram.sum(), alpha=0.6,
-         label=f'measured ({int(histogram.sum())} calls)')
-  ax.plot(k, theory.tokens_per_call_distribution(row['alpha'], gamma), 'ko-',
-          label=f'theory, alpha = {row["alpha"]:.2f}')
-  ax.set(xlabel='tokens per target call', ylabel='fraction of target calls', xticks=k,
-         title=f'{row["task"]}, {row["draft"]}, {knobs_label(row)}, gamma = {gamma}')
-  ax.title.set_fontsize(9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
 
 
 def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterable[Row] = (),
@@ -352,8 +278,8 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
                     + markdown_table(alpha_rows, ALPHA_COLUMNS))
   if timing is not None:
     written.append(out / 'r_vs_k.png')
-    plot_verify_cost(written[-1], timing['r'],
-                     np.asarray(_measured_verify_ms(timing)) / timing['target_step_ms'])
+    report_plots.plot_verify_cost(written[-1], timing['r'],
+                                  np.asarray(_measured_verify_ms(timing)) / timing['target_step_ms'])
     sections.append('## c and r(K)\n\n' + _timing_section(timing))
   if walltime_rows:
     written.append(out / 'table2_walltime.csv')
@@ -378,8 +304,8 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
         "last 'loop other' is the rest with the parts scaled by it (first order: the drift "
         'need not slow the memory-bound target and the cache-held draft alike; a slowdown '
         'far from 1 marks a run whose parts and loops met different machines). Eq. (5) '
-        "models the loops alone: compare the loop speedup with the prediction at each "
-        "position's beta.\n\n"
+        "models the loops alone: compare the loop speedup with the predictions at each "
+        "position's beta (the parts summed; whole iterations timed).\n\n"
         + markdown_table(chosen, BREAKDOWN_COLUMNS))
     knobs = knob_rows(chosen)
     if knobs:
@@ -395,10 +321,10 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
       names = []
       if timing is not None:
         names.append(f'speedup_vs_gamma_{_slug(group)}.png')
-        plot_speedup_vs_gamma(out / names[-1], rows, timing['r'])
+        report_plots.plot_speedup_vs_gamma(out / names[-1], rows, timing['r'], group[2])
       for row in (row for row in rows if row['chosen']):
         names.append(f'tokens_per_call_{_slug(group)}.png')
-        plot_tokens_per_call(out / names[-1], row)
+        report_plots.plot_tokens_per_call(out / names[-1], row, group[2])
       written += [out / name for name in names]
       plots += [f'![{name}]({name})' for name in names]
     sections.append('### Plots\n\n' + '\n'.join(plots))

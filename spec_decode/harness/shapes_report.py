@@ -10,6 +10,7 @@ import pathlib
 import numpy as np
 
 from spec_decode.harness import report
+from spec_decode.harness import report_plots
 
 ALPHA_IS_INPUT = (
     '**Alpha is an input here, not a measurement**: the weights are random, so the speedups '
@@ -73,7 +74,7 @@ def _costs_section(result: dict, image: str) -> str:
 
 def plot_speedups(path: pathlib.Path, result: dict) -> None:
   """Speedup against gamma, one line per alpha, best gamma starred."""
-  fig = report.figure((5.5, 3.8))
+  fig = report_plots.figure((5.5, 3.8))
   ax = fig.add_subplot()
   gammas = [row['gamma'] for row in result['table']]
   for alpha in result['settings']['alphas']:
@@ -112,7 +113,7 @@ def write_report(out_dir: str | pathlib.Path, result: dict,
   report.write_csv(out / 'speedup.csv', result['table'])
   plots = ['r_vs_k.png', 'speedup_vs_gamma.png']
   try:
-    report.plot_verify_cost(out / plots[0], steps['r'],
+    report_plots.plot_verify_cost(out / plots[0], steps['r'],
                             np.asarray(steps['verify_measured_ms']) / steps['target_step_ms'])
     plot_speedups(out / plots[1], result)
     images = [f'![{name}]({name})' for name in plots]

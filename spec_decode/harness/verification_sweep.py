@@ -28,6 +28,7 @@ from spec_decode import speculative
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode.harness import report_plots
 from spec_decode.harness import walltime
 
 
@@ -162,7 +163,7 @@ COLUMNS: tuple[report.Column, ...] = (
 def plot(path: pathlib.Path, rows: Sequence[dict]) -> None:
   """Tokens per call (with standard errors) and speedup against gamma, per temperature."""
   temperatures = sorted({r['temperature'] for r in rows})
-  fig = report.figure((4.5 * len(temperatures), 6.5))
+  fig = report_plots.figure((4.5 * len(temperatures), 6.5))
   for column, temperature in enumerate(temperatures):
     group = [r for r in rows if r['temperature'] == temperature]
     gammas = [r['gamma'] for r in group]

@@ -296,19 +296,19 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
                            / int(np.sum(baseline.iterations)))
   slowdown = baseline_iteration_ms / (1e3 * times.target_s)
   lengths = np.asarray([len(t) for t in speculative.tokens])
-  positional = {}
+  predictions = {}
   if betas is not None:
     calls = sum(theory.expected_calls_along(b, gamma)[0] for b in betas)
-    positional = dict(
+    predictions = dict(
         positional_tokens_per_call=sum(len(b) for b in betas) / calls,
         predicted_positional_speedup=theory.positional_walltime_improvement(
             betas, gamma, times.c, times.r, times.c_first))
   cost = times.iteration_cost(gamma)
   if cost is not None:  # the iteration's model calls timed whole, in one loop
-    positional.update(iteration_cost=cost, predicted_iteration_speedup=float(
+    predictions.update(iteration_cost=cost, predicted_iteration_speedup=float(
         theory.walltime_improvement(alpha, gamma, times.c, iteration_cost=cost)))
     if betas is not None:
-      positional['predicted_positional_iteration_speedup'] = (
+      predictions['predicted_positional_iteration_speedup'] = (
           theory.positional_walltime_improvement(betas, gamma, times.c, iteration_cost=cost))
   return dict(
       gamma=gamma, alpha=alpha, c=times.c, c_first=times.c_first, r=float(times.r[gamma]),
@@ -332,4 +332,4 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
       other_ms=iteration_ms - draft_ms - verify_ms - fixed_ms,
       baseline_iteration_ms=baseline_iteration_ms, slowdown=slowdown,
       scaled_other_ms=iteration_ms - slowdown * (draft_ms + verify_ms) - fixed_ms,
-      accept_histogram=speculative.accept_histogram.tolist(), **positional)
+      accept_histogram=speculative.accept_histogram.tolist(), **predictions)
