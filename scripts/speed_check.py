@@ -19,7 +19,7 @@ top_k 40 and with top_p 0.9 (the draft untruncated, as in the demo). It prints:
   - the loops' speedup at the tokens per iteration each loop drew (its own
     acceptance, which its iteration costs carry), and its ratio to plain T = 1's;
   - an iteration's model calls (gamma draft steps and the verify call) timed
-    in one loop and apart (`step_costs.iteration_call_times`): what the two
+    in one loop and apart (`step_costs.StepCostRounds`, i(gamma)): what the two
     models cost each other beyond c_first;
   - with --t5x_path: T5X's `decoding.temperature_sample` driving our step
     function, ms per iteration against our baseline loop's (greedy).
@@ -91,8 +91,10 @@ def main() -> None:
                                        repeats=args.repeats)
   capacity = decoding.cache_length(max(args.lengths), args.gamma)
   starts = loop_costs.start_times(target, draft, inputs, capacity=capacity)
-  calls = step_costs.iteration_call_times(target, draft, inputs[:1], gamma=args.gamma,
-                                          capacity=capacity, position=max(args.lengths) // 2)
+  rounds = step_costs.StepCostRounds(target, draft, inputs[:1], k_max=args.gamma + 1,
+                                     max_decode_len=max(args.lengths))
+  rounds.add_iterations([args.gamma])
+  parts = rounds.timed(7)
 
   head = f' ({args.head_size} ids)' if args.head_size else ''
   print(f'Bundled target + {args.draft}{head}, gamma {args.gamma}, {args.n} Multi30k inputs, '
@@ -106,13 +108,13 @@ def main() -> None:
         f'{1e3 * starts["target"]:.2f}, {args.draft} {1e3 * starts["draft"]:.2f}; both in one '
         f'program {1e3 * starts["both"]:.2f}: the draft adds {1e3 * starts["draft_in_program"]:.2f} '
         '(a call alone also pays a dispatch and a wait)')
-  step = calls['target_step']
-  print(f'\nAn iteration\'s model calls ({args.gamma} draft steps, one verify call over '
-        f'{args.gamma + 1} positions; argmax feeds, no sampling), in target steps of '
-        f'{1e3 * step:.3f} ms: together {calls["iteration"] / step:.2f}; apart: draft steps '
-        f'{calls["drafts"] / step:.2f} + verify {calls["verify"] / step:.2f} = '
-        f'{(calls["drafts"] + calls["verify"]) / step:.2f}. The difference is what the two '
-        f'models cost each other (evicted weights), in the loop.')
+  g = args.gamma
+  print(f'\nAn iteration\'s model calls ({g} draft steps, then one verify call over {g + 1} '
+        f'positions; argmax feeds, no sampling), in target steps of {1e3 * parts.target_s:.3f} ms: '
+        f'together i({g}) = {parts.iteration_cost(g):.2f}; apart {g} c + r({g + 1}) = '
+        f'{g * parts.c + parts.r[g]:.2f}, or with the first draft step after a target call '
+        f'c_first + {g - 1} c + r({g + 1}) = {parts.c_first + (g - 1) * parts.c + parts.r[g]:.2f}. '
+        f'The difference is what the two models cost each other (evicted weights), in the loop.')
 
   print('\n| knob | speculative fixed - baseline fixed | 1.5 x draft start (alone; in one '
         'program) | '

@@ -235,13 +235,6 @@ def test_step_times_are_positive_and_shaped(target, inputs):
   assert np.isfinite(seconds) and seconds > 0
 
 
-def test_iteration_call_times_are_positive(target, draft, inputs):
-  seconds = step_costs.iteration_call_times(target, draft, inputs[:1], gamma=2, capacity=12,
-                                            position=4, num_steps=3, repeats=2)
-  assert set(seconds) == {'iteration', 'drafts', 'verify', 'target_step'}
-  assert all(np.isfinite(s) and s > 0 for s in seconds.values())
-
-
 def test_time_decoding_and_summary(target, draft, inputs):
   decoders = {
       'baseline': walltime.baseline_decoder(target, max_decode_len=MAX_DECODE_LEN,

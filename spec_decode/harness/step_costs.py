@@ -161,43 +161,6 @@ def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_
   return jax.lax.fori_loop(0, num_steps, body, (token, target_cache, draft_cache))[0]
 
 
-def iteration_call_times(target: models.T5Model, draft: loading.Draft,
-                         encoder_input_tokens: jax.Array, *, gamma: int, capacity: int,
-                         position: int, num_steps: int = 32, repeats: int = 7) -> dict:
-  """An iteration's model calls timed together and apart, round-robin.
-
-  What eq. (5) with c_first and r(gamma + 1) adds up, against what the same
-  calls cost in one loop: on a CPU each model evicts the other's weights from
-  the cache, and the draft's c_first counts only one side of it.
-
-  Args:
-    target: M_p.
-    draft: M_q.
-    encoder_input_tokens: [1, S] one real input.
-    gamma: draft steps per iteration; the verify call covers gamma + 1.
-    capacity: the caches' positions.
-    position: where every call writes (rewound after each iteration).
-    num_steps: iterations per compiled loop.
-    repeats: timed rounds.
-
-  Returns:
-    Seconds per iteration: 'iteration' (gamma draft steps, then the verify
-    call), 'drafts' (the draft steps alone), 'verify' (the verify call
-    alone), and 'target_step' (one target step, K = 1).
-  """
-  encoder_input_tokens = jnp.asarray(encoder_input_tokens)
-  caches = tuple(_fresh_caches((target, draft), encoder_input_tokens, capacity, position))
-  loop = functools.partial(_iteration_loop, target, draft, encoder_input_tokens, caches,
-                           gamma=gamma, verify_k=gamma + 1, num_steps=num_steps)
-  runs = {'iteration': lambda: loop(parts=('drafts', 'verify')),
-          'drafts': lambda: loop(parts=('drafts',)),
-          'verify': lambda: loop(parts=('verify',)),
-          'target_step': lambda: _step_loop(target, encoder_input_tokens, caches[0], k=1,
-                                            num_steps=num_steps)}
-  return {name: float(np.median(seconds)) / num_steps
-          for name, seconds in round_robin(runs, repeats).items()}
-
-
 def _fresh_caches(models_: Sequence, encoder_input_tokens: jax.Array, capacity: int,
                   position: int) -> list[cache_lib.Cache]:
   """Each model's fresh cache, rewound to write at `position`."""
