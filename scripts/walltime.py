@@ -22,6 +22,8 @@ import sys
 
 
 from spec_decode import data
+from spec_decode import drafts
+from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
@@ -45,6 +47,10 @@ def main() -> None:
   parser.add_argument('--draft_config', required=True, help='the draft\'s config, as the target\'s')
   parser.add_argument('--draft_checkpoint', required=True)
   parser.add_argument('--vocab_size', type=int, default=8192, help='vocab_size of size names')
+  parser.add_argument('--head_size', type=int, default=0,
+                      help='the draft scores only the N tokens most frequent in the task\'s '
+                           'training targets (models.PrunedHeadDraft; exact; the demo uses 4096); '
+                           '0: its whole vocabulary')
   parser.add_argument('--dtype', default=None, choices=['float32', 'bfloat16'],
                       help='activation dtype override')
   parser.add_argument('--task', default='demo_ende', choices=data.LOCAL_TASKS)
@@ -75,6 +81,14 @@ def main() -> None:
   target = loading.load_model(args.target_config, args.target_checkpoint, args.vocab_size, args.dtype)
   draft = loading.load_model(args.draft_config, args.draft_checkpoint, args.vocab_size, args.dtype)
   draft_name = pathlib.Path(args.draft_config).stem
+  if args.head_size:
+    try:
+      ids = drafts.most_frequent_ids(loading.target_token_stream(args.task, 'train'),
+                                     draft.vocab_size, args.head_size)
+    except ValueError as error:
+      parser.error(f'--head_size: {error}')
+    draft = models.PrunedHeadDraft.create(draft, ids)
+    draft_name += f', {args.head_size} ids'
   settings = experiments.WalltimeSettings(
       task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),
       gamma_max=args.gamma_max, gammas=tuple(args.gammas), max_input_len=args.max_input_len,

@@ -33,9 +33,8 @@ def _check_alpha(alpha: ArrayLike) -> np.ndarray:
 
 def _check_gamma(gamma: ArrayLike) -> np.ndarray:
   gamma = np.asarray(gamma)
-  if gamma.dtype == bool or not np.issubdtype(gamma.dtype, np.number):
-    raise ValueError(f'gamma must be an integer >= 1, got {gamma}.')
-  if not np.all(np.isfinite(gamma) & (gamma >= 1) & (gamma == np.round(gamma))):
+  if (gamma.dtype == bool or not np.issubdtype(gamma.dtype, np.number)
+      or not np.all(np.isfinite(gamma) & (gamma >= 1) & (gamma == np.round(gamma)))):
     raise ValueError(f'gamma must be an integer >= 1, got {gamma}.')
   return gamma.astype(np.int64)
 

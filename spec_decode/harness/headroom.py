@@ -1,0 +1,114 @@
+"""What a draft would need: the speedups one walltime run's measured costs allow.
+
+A walltime row (`walltime.summarize`) splits speculative decoding's time per
+generated token in two: the per-input fixed cost (encoder passes, cache
+set-up), spread over the tokens, and the loop's iterations, one target call
+each:
+
+  speculative ms/token = fixed_ms / tau + loop_ms / tau,
+
+with tau the measured tokens per target call, fixed_ms the fixed cost per
+iteration and loop_ms = iteration_ms - fixed_ms what an iteration's model
+calls and bookkeeping cost. With the baseline's ms per token B this gives the
+measured speedup exactly. Holding the costs and the outputs (so the fixed cost
+per token) and changing only how many tokens a call yields, tau':
+
+  speedup(tau') = B / (fixed_ms / tau + loop_ms' / tau').
+
+At the decoded gamma, loop_ms' = loop_ms. At another gamma the loop is scaled
+by whole iterations timed, i(gamma) / i(decoded), where the timing holds both,
+else by the summed parts, c_first + (gamma - 1) c + r(gamma + 1): an
+extrapolation, which on the EPYC under-counts longer drafts (i(6) / i(3) = 1.39
+against 1.30 summed, stop 40).
+tau' comes from eq. (1), which over-counts short outputs' tokens per call, and
+loop_ms' keeps the measured share of catch-up draft calls, which more clean
+sweeps would raise: both favour the draft, so the alpha this asks for is a
+lower bound and the speedup at alpha = 1 (`ceiling`) an upper one.
+"""
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from spec_decode import theory
+
+_ROW_KEYS = ('gamma', 'c', 'c_first', 'tokens_per_call', 'baseline_token_ms', 'iteration_ms',
+             'fixed_ms')
+
+
+def alpha_for_tokens(tokens: float, gamma: int) -> float:
+  """Eq. (1) inverted: the alpha at which a target call yields `tokens` on average.
+
+  Args:
+    tokens: expected tokens per target call, >= 1.
+    gamma: the draft length, an integer >= 1.
+
+  Returns:
+    alpha in [0, 1] (bisection, to 1e-12); NaN where tokens > gamma + 1,
+    which no draft gives.
+  """
+  if not tokens >= 1:  # Also rejects NaN.
+    raise ValueError(f'tokens must be >= 1, got {tokens}.')
+  if tokens > gamma + 1:
+    return float('nan')
+  low, high = 0.0, 1.0
+  for _ in range(40):  # eq. (1) rises with alpha
+    mid = (low + high) / 2
+    low, high = (mid, high) if theory.expected_tokens(mid, gamma) < tokens else (low, mid)
+  return (low + high) / 2
+
+
+def _alpha(tokens: float, gamma: int) -> float:
+  """The alpha that `tokens` per call need: 0 below one token, NaN past gamma + 1."""
+  if tokens <= 1:
+    return 0.0
+  return alpha_for_tokens(tokens, gamma) if tokens < np.inf else float('nan')
+
+
+def headroom(row: Mapping, r: Sequence[float], speedup: float,
+             gammas: Sequence[int] = (1, 2, 3, 4, 5, 6, 7),
+             iteration_cost: Mapping[int, float] | None = None) -> list[dict]:
+  """Per gamma: the speedup at alpha = 1 and the alpha that `speedup` needs.
+
+  Args:
+    row: a walltime row (`walltime.summarize`, as in a report's results.json).
+    r: r(K) for K = 1 .. max(gammas) + 1 (the timing's non-decreasing fit).
+    speedup: the speedup asked for, > 0.
+    gammas: the draft lengths to look at.
+    iteration_cost: optional i(gamma) by gamma (`StepTimes.iteration_s` in
+      target steps; a results.json's timing["iteration_cost"], keys str or int).
+
+  Returns:
+    One dict per gamma: gamma, measured (whether the loop ran it), loop_ms
+    (ms per iteration, fixed cost excluded), ceiling (the speedup at alpha =
+    1), tokens (per call, that `speedup` needs; inf where the fixed cost alone
+    is over budget) and alpha (that eq. (1) needs for them; NaN where no draft
+    suffices).
+
+  Raises:
+    ValueError: a row without the keys above, an r too short, a bad speedup.
+  """
+  missing = [key for key in _ROW_KEYS if key not in row]
+  if missing:
+    raise ValueError(f'not a walltime row: no {", ".join(missing)}')
+  if not speedup > 0:
+    raise ValueError(f'speedup must be > 0, got {speedup}')
+  if len(r) < max(gammas) + 1:
+    raise ValueError(f'r needs K = 1 .. {max(gammas) + 1}, got {len(r)} entries')
+  decoded = int(row['gamma'])
+  whole = {int(g): cost for g, cost in (iteration_cost or {}).items()}
+  summed = lambda g: row['c_first'] + (g - 1) * row['c'] + r[g]  # r[g] is r(g + 1)
+  fixed_per_token = row['fixed_ms'] / row['tokens_per_call']
+  loop_ms = row['iteration_ms'] - row['fixed_ms']
+  budget = row['baseline_token_ms'] / speedup - fixed_per_token  # loop ms per token
+  out = []
+  for g in gammas:
+    scaled = 'whole' if decoded in whole and g in whole else 'parts'
+    loop = loop_ms * (whole[g] / whole[decoded] if scaled == 'whole'
+                      else summed(g) / summed(decoded))
+    tokens = loop / budget if budget > 0 else float('inf')
+    out.append(dict(
+        gamma=g, measured=g == decoded, loop_ms=loop, scaled=scaled,
+        ceiling=row['baseline_token_ms'] / (fixed_per_token + loop / (g + 1)),
+        tokens=tokens, alpha=_alpha(tokens, g)))
+  return out
