@@ -18,15 +18,23 @@ ROW = dict(gamma=3, c=0.1, c_first=0.2, tokens_per_call=2.5, baseline_token_ms=2
 R = [1.0, 1.2, 1.3, 1.4, 1.5]  # r(K), K = 1 .. 5
 
 
-def test_alpha_for_tokens_inverts_eq1():
+def test_alpha_for_tokens_inverts_eq1_and_the_finite_model():
   for gamma in (1, 3, 7):
-    for alpha in (0.0, 0.1, 0.55, 0.9, 0.999):
+    for alpha in (0.1, 0.55, 0.9, 0.999):
       tokens = float(theory.expected_tokens(alpha, gamma))
       assert headroom.alpha_for_tokens(tokens, gamma) == pytest.approx(alpha, abs=1e-9)
   assert headroom.alpha_for_tokens(4.0, 3) == pytest.approx(1.0)
   assert math.isnan(headroom.alpha_for_tokens(4.01, 3))  # more than gamma + 1 per call
-  for bad in (0.5, float('nan')):
-    with pytest.raises(ValueError, match='tokens must be >= 1'):
+  assert headroom.alpha_for_tokens(0.5, 3) == headroom.alpha_for_tokens(1.0, 3) == 0.0
+  # Outputs of 5 and 8 tokens: at alpha = 1, 2 + 2 calls of up to 4 tokens.
+  assert headroom.tokens_per_call(1.0, 3, [5, 8]) == pytest.approx(13 / 4)
+  assert math.isnan(headroom.alpha_for_tokens(3.3, 3, [5, 8]))
+  tokens = headroom.tokens_per_call(0.6, 3, [5, 8])
+  assert tokens == pytest.approx(13 / float(np.sum(theory.expected_calls(0.6, 3, [5, 8]))))
+  assert tokens < float(theory.expected_tokens(0.6, 3))
+  assert headroom.alpha_for_tokens(tokens, 3, [5, 8]) == pytest.approx(0.6, abs=1e-9)
+  for bad in (0.0, float('nan')):
+    with pytest.raises(ValueError, match='tokens must be > 0'):
       headroom.alpha_for_tokens(bad, 3)
 
 
@@ -51,6 +59,17 @@ def test_other_gammas_scale_the_loop_by_summed_parts_or_whole_iterations():
   # Without the decoded gamma's whole iteration the parts are used.
   assert headroom.headroom(ROW, R, 1.25, gammas=(2,),
                            iteration_cost={2: 1.5})[0]['scaled'] == 'parts'
+
+
+def test_output_lengths_cap_the_tokens_per_call():
+  row = dict(ROW, output_lengths=[5, 8])
+  entry = headroom.headroom(row, R, 1.25, gammas=(3,))[0]
+  assert entry['ceiling'] == pytest.approx(2.0 / (0.4 + 3.0 / (13 / 4)))
+  assert entry['tokens'] == pytest.approx(2.5)
+  assert entry['alpha'] == pytest.approx(headroom.alpha_for_tokens(2.5, 3, [5, 8]))
+  assert entry['alpha'] > headroom.alpha_for_tokens(2.5, 3)  # eq. (1) asks for less
+  with pytest.raises(ValueError, match='output_lengths must sum to > 0'):
+    headroom.headroom(dict(ROW, output_lengths=[0]), R, 1.25, gammas=(3,))
 
 
 def test_out_of_reach():

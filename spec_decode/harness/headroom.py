@@ -20,10 +20,15 @@ by whole iterations timed, i(gamma) / i(decoded), where the timing holds both,
 else by the summed parts, c_first + (gamma - 1) c + r(gamma + 1): an
 extrapolation, which on the EPYC under-counts longer drafts (i(6) / i(3) = 1.39
 against 1.30 summed, stop 40).
-tau' comes from eq. (1), which over-counts short outputs' tokens per call, and
-loop_ms' keeps the measured share of catch-up draft calls, which more clean
-sweeps would raise: both favour the draft, so the alpha this asks for is a
-lower bound and the speedup at alpha = 1 (`ceiling`) an upper one.
+
+tau' at a given alpha is the i.i.d. model's over the row's `output_lengths`
+(`theory.expected_calls`: an output ends mid-call), or eq. (1) for rows
+without them, which over-counts short outputs' tokens per call by more (on the
+demo's outputs, 2.71 against 2.53 at the outputs' lengths and 2.46 in the
+loop, at gamma 3). Either favours the draft where acceptance varies along the
+outputs, as on the demo's, and so does holding loop_ms' at the measured share
+of catch-up draft calls, which more clean sweeps would raise: the alpha asked
+for is a lower bound and the speedup at alpha = 1 (`ceiling`) an upper one.
 """
 
 from typing import Mapping, Sequence
@@ -36,33 +41,37 @@ _ROW_KEYS = ('gamma', 'c', 'c_first', 'tokens_per_call', 'baseline_token_ms', 'i
              'fixed_ms')
 
 
-def alpha_for_tokens(tokens: float, gamma: int) -> float:
-  """Eq. (1) inverted: the alpha at which a target call yields `tokens` on average.
+def tokens_per_call(alpha: float, gamma: int, lengths: Sequence[int] | None = None) -> float:
+  """Expected tokens per target call: eq. (1), or over outputs of `lengths` where given."""
+  if lengths is None:
+    return float(theory.expected_tokens(alpha, gamma))
+  return float(np.sum(lengths) / np.sum(theory.expected_calls(alpha, gamma, lengths)))
+
+
+def alpha_for_tokens(tokens: float, gamma: int, lengths: Sequence[int] | None = None) -> float:
+  """`tokens_per_call` inverted: the alpha at which a target call yields `tokens`.
 
   Args:
-    tokens: expected tokens per target call, >= 1.
+    tokens: expected tokens per target call.
     gamma: the draft length, an integer >= 1.
+    lengths: optional output lengths (EOS included), as in `tokens_per_call`.
 
   Returns:
-    alpha in [0, 1] (bisection, to 1e-12); NaN where tokens > gamma + 1,
-    which no draft gives.
+    alpha in [0, 1] (bisection, to 1e-12); 0 where a draft never accepted
+    gives `tokens`; NaN where not even alpha = 1 does (more than gamma + 1,
+    or more than the outputs' lengths allow).
   """
-  if not tokens >= 1:  # Also rejects NaN.
-    raise ValueError(f'tokens must be >= 1, got {tokens}.')
-  if tokens > gamma + 1:
+  if not tokens > 0:  # Also rejects NaN.
+    raise ValueError(f'tokens must be > 0, got {tokens}.')
+  if tokens <= tokens_per_call(0.0, gamma, lengths):
+    return 0.0
+  if tokens > tokens_per_call(1.0, gamma, lengths):
     return float('nan')
   low, high = 0.0, 1.0
-  for _ in range(40):  # eq. (1) rises with alpha
+  for _ in range(40):  # tokens per call rise with alpha
     mid = (low + high) / 2
-    low, high = (mid, high) if theory.expected_tokens(mid, gamma) < tokens else (low, mid)
+    low, high = (mid, high) if tokens_per_call(mid, gamma, lengths) < tokens else (low, mid)
   return (low + high) / 2
-
-
-def _alpha(tokens: float, gamma: int) -> float:
-  """The alpha that `tokens` per call need: 0 below one token, NaN past gamma + 1."""
-  if tokens <= 1:
-    return 0.0
-  return alpha_for_tokens(tokens, gamma) if tokens < np.inf else float('nan')
 
 
 def headroom(row: Mapping, r: Sequence[float], speedup: float,
@@ -82,11 +91,13 @@ def headroom(row: Mapping, r: Sequence[float], speedup: float,
     One dict per gamma: gamma, measured (whether the loop ran it), loop_ms
     (ms per iteration, fixed cost excluded), ceiling (the speedup at alpha =
     1), tokens (per call, that `speedup` needs; inf where the fixed cost alone
-    is over budget) and alpha (that eq. (1) needs for them; NaN where no draft
+    is over budget) and alpha (that gives them, `alpha_for_tokens` over the
+    row's output_lengths, or by eq. (1) without them; NaN where no draft
     suffices).
 
   Raises:
-    ValueError: a row without the keys above, an r too short, a bad speedup.
+    ValueError: a row without the keys above, output_lengths that sum to 0,
+      an r too short, a bad speedup.
   """
   missing = [key for key in _ROW_KEYS if key not in row]
   if missing:
@@ -96,6 +107,9 @@ def headroom(row: Mapping, r: Sequence[float], speedup: float,
   if len(r) < max(gammas) + 1:
     raise ValueError(f'r needs K = 1 .. {max(gammas) + 1}, got {len(r)} entries')
   decoded = int(row['gamma'])
+  lengths = row.get('output_lengths')
+  if lengths is not None and not np.sum(lengths) > 0:
+    raise ValueError(f'output_lengths must sum to > 0, got {lengths}')
   whole = {int(g): cost for g, cost in (iteration_cost or {}).items()}
   summed = lambda g: row['c_first'] + (g - 1) * row['c'] + r[g]  # r[g] is r(g + 1)
   fixed_per_token = row['fixed_ms'] / row['tokens_per_call']
@@ -109,6 +123,7 @@ def headroom(row: Mapping, r: Sequence[float], speedup: float,
     tokens = loop / budget if budget > 0 else float('inf')
     out.append(dict(
         gamma=g, measured=g == decoded, loop_ms=loop, scaled=scaled,
-        ceiling=row['baseline_token_ms'] / (fixed_per_token + loop / (g + 1)),
-        tokens=tokens, alpha=_alpha(tokens, g)))
+        ceiling=row['baseline_token_ms'] / (fixed_per_token
+                                            + loop / tokens_per_call(1.0, g, lengths)),
+        tokens=tokens, alpha=alpha_for_tokens(tokens, g, lengths)))
   return out

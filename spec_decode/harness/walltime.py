@@ -255,8 +255,8 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     draw; eq. (5) with the measured r(gamma + 1) and c_first; the same at
     the lengths of the speculative outputs, with the catch-up draft call,
     `theory.finite_walltime_improvement`; the paper's eq. (5) with r = 1 and c
-    alone), tokens per call (measured, eq. (1), at the outputs' lengths),
-    the fraction of outputs identical to the baseline's,
+    alone), tokens per call (measured, eq. (1), at the outputs' lengths,
+    `output_lengths`), the fraction of outputs identical to the baseline's,
     milliseconds per baseline token and per speculative iteration, split into
     draft steps, verify pass, the per-input fixed cost (`Decoded.fixed_s`)
     spread over the iterations, and the rest (the loop's own work: sampling,
@@ -332,4 +332,5 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
       other_ms=iteration_ms - draft_ms - verify_ms - fixed_ms,
       baseline_iteration_ms=baseline_iteration_ms, slowdown=slowdown,
       scaled_other_ms=iteration_ms - slowdown * (draft_ms + verify_ms) - fixed_ms,
-      accept_histogram=speculative.accept_histogram.tolist(), **predictions)
+      accept_histogram=speculative.accept_histogram.tolist(),
+      output_lengths=lengths.tolist(), **predictions)
