@@ -14,6 +14,7 @@ whole iterations where the report timed them, else by the summed parts ('~').
 
 import argparse
 import json
+import math
 import pathlib
 
 from spec_decode.harness import headroom
@@ -33,7 +34,7 @@ def _load(path: str) -> dict:
 
 def _cell(entry: dict) -> str:
   mark = '' if entry['measured'] or entry['scaled'] == 'whole' else '~'
-  alpha = 'none' if entry['alpha'] != entry['alpha'] else f"{entry['alpha']:.3f}"
+  alpha = 'none' if math.isnan(entry['alpha']) else f"{entry['alpha']:.3f}"
   return f"{mark}{entry['ceiling']:.2f}X; {alpha}"
 
 
@@ -46,8 +47,6 @@ def main() -> None:
   if min(args.gammas) < 1:
     parser.error('--gammas must be >= 1')
 
-  header = ['report', 'sampling', 'gamma', 'speedup', 'tokens/call', 'alpha (in the loop)'] + [
-      f'gamma {g}: at alpha = 1; alpha for {args.speedup:g}X' for g in args.gammas]
   rows = []
   for path in args.reports:
     results = _load(path)
@@ -55,16 +54,19 @@ def main() -> None:
     if len(timing['r']) < max(args.gammas) + 1:
       raise SystemExit(f'error: {path} timed r(K) up to K = {len(timing["r"])}; '
                        f'--gammas needs K = {max(args.gammas) + 1}')
-    for row in results['walltime']:
-      entries = headroom.headroom(row, timing['r'], args.speedup, args.gammas,
-                                  timing.get('iteration_cost'))
-      rows.append([path, report.knobs_label(row), str(row['gamma']),
-                   f"{row['measured_speedup']:.2f}X", f"{row['tokens_per_call']:.2f}",
-                   f"{row['loop_alpha']:.3f}"] + [_cell(e) for e in entries])
+    rows += [dict(row, report=path, entries=headroom.headroom(
+        row, timing['r'], args.speedup, args.gammas, timing.get('iteration_cost')))
+             for row in results['walltime']]
+  columns = [('report', lambda r: r['report']), ('sampling', report.knobs_label),
+             ('gamma', lambda r: str(r['gamma'])),
+             ('speedup', lambda r: f"{r['measured_speedup']:.2f}X"),
+             ('tokens/call', lambda r: f"{r['tokens_per_call']:.2f}"),
+             ('alpha (in the loop)', lambda r: f"{r['loop_alpha']:.3f}")]
+  columns += [(f'gamma {g}: at alpha = 1; alpha for {args.speedup:g}X',
+               lambda r, i=i: _cell(r['entries'][i])) for i, g in enumerate(args.gammas)]
   print(f'What {args.speedup:g}X needs, holding the measured costs ("none": no draft '
         'reaches it at that gamma; "~": the loop scaled by the summed parts)\n')
-  print('\n'.join('| ' + ' | '.join(line) + ' |'
-                  for line in [header, ['---'] * len(header)] + rows))
+  print(report.markdown_table(rows, columns))
 
 
 if __name__ == '__main__':

@@ -34,6 +34,7 @@ from spec_decode import data
 from spec_decode import decoding
 from spec_decode import demo
 from spec_decode import sampling as sampling_lib
+from spec_decode import theory
 from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
 from spec_decode.harness import step_costs
@@ -109,11 +110,13 @@ def main() -> None:
         f'program {1e3 * starts["both"]:.2f}: the draft adds {1e3 * starts["draft_in_program"]:.2f} '
         '(a call alone also pays a dispatch and a wait)')
   g = args.gamma
+  apart, apart_first = (theory.summed_iteration_cost(g, parts.c, parts.r, c_first)
+                        for c_first in (None, parts.c_first))
   print(f'\nAn iteration\'s model calls ({g} draft steps, then one verify call over {g + 1} '
         f'positions; argmax feeds, no sampling), in target steps of {1e3 * parts.target_s:.3f} ms: '
         f'together i({g}) = {parts.iteration_cost(g):.2f}; apart {g} c + r({g + 1}) = '
-        f'{g * parts.c + parts.r[g]:.2f}, or with the first draft step after a target call '
-        f'c_first + {g - 1} c + r({g + 1}) = {parts.c_first + (g - 1) * parts.c + parts.r[g]:.2f}. '
+        f'{apart:.2f}, or with the first draft step after a target call '
+        f'c_first + {g - 1} c + r({g + 1}) = {apart_first:.2f}. '
         f'The difference is what the two models cost each other (evicted weights), in the loop.')
 
   print('\n| knob | speculative fixed - baseline fixed | 1.5 x draft start (alone; in one '

@@ -22,8 +22,6 @@ import sys
 
 
 from spec_decode import data
-from spec_decode import drafts
-from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
@@ -83,11 +81,9 @@ def main() -> None:
   draft_name = pathlib.Path(args.draft_config).stem
   if args.head_size:
     try:
-      ids = drafts.most_frequent_ids(loading.target_token_stream(args.task, 'train'),
-                                     draft.vocab_size, args.head_size)
+      draft = loading.pruned_head(draft, args.task, args.head_size)
     except ValueError as error:
       parser.error(f'--head_size: {error}')
-    draft = models.PrunedHeadDraft.create(draft, ids)
     draft_name += f', {args.head_size} ids'
   settings = experiments.WalltimeSettings(
       task=args.task, split=args.split, n=args.n, temperatures=tuple(args.temperatures),

@@ -34,7 +34,6 @@ import jax
 
 from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import drafts
 from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
@@ -87,11 +86,7 @@ def load_draft(name: str, task: str = 'demo_ende', head_size: int = 0):
     if head_size:
       raise ValueError(f'head_size applies to draft models, not to the {name!r} provider')
     return experiments.draft_provider(name, DEMO_VOCAB_SIZE, task)
-  if not head_size:
-    return load(name)
-  ids = drafts.most_frequent_ids(loading.target_token_stream(task, 'train'), DEMO_VOCAB_SIZE,
-                                 head_size)
-  return models.PrunedHeadDraft.create(load(name), ids)
+  return loading.pruned_head(load(name), task, head_size) if head_size else load(name)
 
 
 def main(argv=None) -> int:

@@ -123,6 +123,19 @@ def expected_calls(alpha: ArrayLike, gamma: int, length: ArrayLike) -> np.ndarra
   return np.take_along_axis(calls, length[..., None], axis=-1)[..., 0]
 
 
+def finite_tokens_per_call(alpha: ArrayLike, gamma: int, lengths: ArrayLike) -> np.ndarray:
+  """Tokens per call over outputs of [N] `lengths` (sum > 0): sum(lengths) / sum(E(L)).
+
+  Below eq. (1) at the same alpha (shape S): an output ends mid-call.
+  """
+  lengths = np.asarray(lengths)
+  if lengths.ndim != 1 or not np.sum(lengths) > 0:
+    raise ValueError(f'lengths must be a 1-D array of output lengths with a positive sum, '
+                     f'got {lengths}.')
+  alpha = _check_alpha(alpha)
+  return np.sum(lengths) / np.sum(expected_calls(alpha[..., None], gamma, lengths), axis=-1)
+
+
 def expected_calls_along(betas: ArrayLike, gamma: int) -> tuple[float, float]:
   """Expected target calls and clean sweeps for one output, acceptance per position.
 
@@ -175,11 +188,10 @@ def finite_walltime_improvement(
 ) -> np.ndarray:
   """Eq. (5) over outputs of the given lengths, with this project's catch-up call.
 
-  `walltime_improvement` with two corrections that decoding short outputs
-  shows: the tokens per call are those of `expected_calls` over `lengths`
-  (sum of lengths over sum of expected calls), not eq. (1); and an iteration
-  that keeps all gamma drafts (probability alpha^gamma) costs one more draft
-  step, the call that feeds x_gamma to the draft (spec_decode.decoding).
+  `walltime_improvement` with two corrections that short outputs show: the
+  tokens per call are `finite_tokens_per_call`'s, not eq. (1)'s; and an
+  iteration that keeps all gamma drafts (probability alpha^gamma) costs one
+  more draft step, which feeds x_gamma to the draft (spec_decode.decoding).
 
   Args:
     alpha: acceptance rate(s) in [0, 1], any shape S.
@@ -192,14 +204,9 @@ def finite_walltime_improvement(
   Returns:
     The expected speedup, of shape S broadcast with c and c_first.
   """
-  lengths = np.asarray(lengths)
-  if lengths.ndim != 1 or not np.sum(lengths) > 0:
-    raise ValueError(f'lengths must be a 1-D array of output lengths with a positive sum, '
-                     f'got {lengths}.')
-  alpha = _check_alpha(alpha)
-  calls = np.sum(expected_calls(alpha[..., None], gamma, lengths), axis=-1)
+  tokens = finite_tokens_per_call(alpha, gamma, lengths)
   gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first)
-  return np.sum(lengths) / calls / (cost + alpha**gamma * c)
+  return tokens / (cost + _check_alpha(alpha)**gamma * c)
 
 
 def positional_walltime_improvement(
@@ -256,11 +263,7 @@ def best_gamma_along(betas: Sequence[ArrayLike], c: float, gamma_max: int = 8,
 def _iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[VerifyCost],
                     c_first: Optional[ArrayLike], iteration_cost: Optional[ArrayLike] = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(gamma, c, one iteration in target steps), checked.
-
-  The iteration: `iteration_cost` where given (timed whole), else
-  c_first + (gamma - 1) c + r(gamma + 1).
-  """
+  """(gamma, c, one iteration in target steps: `iteration_cost`, else summed), checked."""
   gamma, c = _check_gamma(gamma), _check_cost(c, 'c')
   if iteration_cost is not None:
     cost = _check_cost(iteration_cost, 'iteration_cost')
@@ -269,6 +272,12 @@ def _iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[Verify
     return gamma, c, cost
   c_first = c if c_first is None else _check_cost(c_first, 'c_first')
   return gamma, c, c_first + (gamma - 1) * c + _verify_cost(verify_cost, gamma + 1)
+
+
+def summed_iteration_cost(gamma: ArrayLike, c: ArrayLike, verify_cost: Optional[VerifyCost] = None,
+                          c_first: Optional[ArrayLike] = None) -> np.ndarray:
+  """One iteration's model calls from parts timed apart: c_first + (gamma - 1) c + r(gamma + 1)."""
+  return _iteration_cost(gamma, c, verify_cost, c_first)[2]
 
 
 def _verify_cost(verify_cost: Optional[VerifyCost], k: np.ndarray) -> np.ndarray:
@@ -305,8 +314,7 @@ def walltime_improvement(
   gives the target pass's cost r(gamma + 1) in target steps (a CPU, a large
   batch), and `c_first` the cost of the first draft step after a target call
   (on a CPU the target call evicts the draft's weights from the cache, which
-  that step reads back). The speedup is then
-  E[tokens] / (c_first + (gamma - 1) c + r(gamma + 1)).
+  that step reads back). The speedup is then E[tokens] / summed_iteration_cost.
 
   Args:
     alpha: acceptance rate(s) in [0, 1].
@@ -316,11 +324,10 @@ def walltime_improvement(
       verify_cost[K - 1] = r(K).
     c_first: None (= c), or the first draft step's time after a target call
       over a target step, >= 0.
-    iteration_cost: None, or an iteration's model calls (gamma draft steps
-      and the verify call) timed whole in one loop, in target steps, > 0: it
-      replaces c_first + (gamma - 1) c + r(gamma + 1), and counts what the
-      two models cost each other beyond c_first (each evicts the other's
-      weights from a CPU's cache).
+    iteration_cost: None, or an iteration's model calls timed whole in one
+      loop, in target steps, > 0, in place of `summed_iteration_cost`: it
+      counts what the two models cost each other beyond c_first (each evicts
+      the other's weights from a CPU's cache).
 
   Returns:
     The broadcast array of expected speedups.

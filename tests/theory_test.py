@@ -170,6 +170,12 @@ def test_finite_walltime_improvement():
   np.testing.assert_allclose(long, eq5 * (0.25 + 3 * 0.08 + 1.6)
                              / (0.25 + 3 * 0.08 + 0.7**4 * 0.08 + 1.6), rtol=2e-3)
   assert theory.finite_walltime_improvement(np.array([0.6, 0.8]), 3, 0.1, [10]).shape == (2,)
+  np.testing.assert_allclose(theory.finite_tokens_per_call(0.7, 4, lengths), tokens)
+  # alpha = 1: outputs of 5 and 8 tokens take 2 + 2 calls of up to 4 (gamma 3).
+  np.testing.assert_allclose(theory.finite_tokens_per_call([1.0, 0.0], 3, [5, 8]), [13 / 4, 1.0])
+  for bad in ([0, 0], [[5]]):
+    with pytest.raises(ValueError, match='lengths must be a 1-D array'):
+      theory.finite_tokens_per_call(0.7, 3, bad)
 
 
 def test_expected_calls_along_by_hand_and_at_constant_beta():
@@ -236,6 +242,8 @@ def test_iteration_cost_replaces_the_summed_parts():
       7 / 3 / (2.1 + 0.1 / 3))
   with pytest.raises(ValueError, match='iteration_cost'):
     theory.walltime_improvement(0.7, 4, 0.1, iteration_cost=0.0)
+  np.testing.assert_allclose(theory.summed_iteration_cost(4, 0.1, r, 0.2), 0.2 + 0.3 + 1.6)
+  np.testing.assert_allclose(theory.summed_iteration_cost([1, 4], 0.1), [1.1, 1.4])  # r = 1
 
 
 def test_best_gamma_along():

@@ -45,7 +45,7 @@ def tokens_per_call(alpha: float, gamma: int, lengths: Sequence[int] | None = No
   """Expected tokens per target call: eq. (1), or over outputs of `lengths` where given."""
   if lengths is None:
     return float(theory.expected_tokens(alpha, gamma))
-  return float(np.sum(lengths) / np.sum(theory.expected_calls(alpha, gamma, lengths)))
+  return float(theory.finite_tokens_per_call(alpha, gamma, lengths))
 
 
 def alpha_for_tokens(tokens: float, gamma: int, lengths: Sequence[int] | None = None) -> float:
@@ -111,7 +111,7 @@ def headroom(row: Mapping, r: Sequence[float], speedup: float,
   if lengths is not None and not np.sum(lengths) > 0:
     raise ValueError(f'output_lengths must sum to > 0, got {lengths}')
   whole = {int(g): cost for g, cost in (iteration_cost or {}).items()}
-  summed = lambda g: row['c_first'] + (g - 1) * row['c'] + r[g]  # r[g] is r(g + 1)
+  summed = lambda g: float(theory.summed_iteration_cost(g, row['c'], np.asarray(r), row['c_first']))
   fixed_per_token = row['fixed_ms'] / row['tokens_per_call']
   loop_ms = row['iteration_ms'] - row['fixed_ms']
   budget = row['baseline_token_ms'] / speedup - fixed_per_token  # loop ms per token

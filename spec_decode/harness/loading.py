@@ -152,3 +152,15 @@ def target_token_stream(task: str, split: str = 'train', *, limit: int | None = 
 
 
 Draft = models.T5Model | drafts.DraftProvider
+
+
+def pruned_head(draft: models.T5Model, task: str, size: int) -> models.PrunedHeadDraft:
+  """`draft` scoring only the `size` tokens most frequent in `task`'s training targets.
+
+  q = 0 for every other token (`models.PrunedHeadDraft`: still exact).
+
+  Raises:
+    ValueError: a size outside 2..the vocabulary (`drafts.most_frequent_ids`).
+  """
+  ids = drafts.most_frequent_ids(target_token_stream(task, 'train'), draft.vocab_size, size)
+  return models.PrunedHeadDraft.create(draft, ids)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from spec_decode import theory
 from spec_decode.harness import report_plots
 
 
@@ -227,7 +228,8 @@ def _iterations_note(timing: Row) -> str:
   notes = []
   for gamma, cost in timing.get('iteration_cost', {}).items():
     g = int(gamma)
-    summed = timing['c_first'] + (g - 1) * timing['c'] + timing['r'][g]
+    summed = theory.summed_iteration_cost(g, timing['c'], np.asarray(timing['r']),
+                                          timing['c_first'])
     notes.append(f'\n\nA whole iteration of gamma = {g} (its draft steps, then the verify call, '
                  f'in one loop: each model evicts the other\'s weights) costs **i({g}) = '
                  f'{cost:.3f}** target steps, against c_first + {g - 1} c + r({g + 1}) = '

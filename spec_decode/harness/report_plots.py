@@ -27,6 +27,14 @@ def figure(size: tuple[float, float]):
   return fig
 
 
+def save(fig, ax, path: pathlib.Path) -> None:
+  """A one-axes plot's small title and legend, tight layout, written as a 120-dpi PNG."""
+  ax.title.set_fontsize(9)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
 def plot_verify_cost(path: pathlib.Path, r: Sequence[float], raw_r: Sequence[float]) -> None:
   """r(K) against K, with the paper's r = 1 and no parallelism (r = K).
 
@@ -72,10 +80,7 @@ def plot_speedup_vs_gamma(path: pathlib.Path, rows: Sequence[Row], r: Sequence[f
   ax.set(xlabel='gamma', ylabel='walltime speedup', xticks=gammas,
          title=f'{rows[0]["task"]}, {rows[0]["draft"]}, {label}\n'
                f'alpha = {alpha:.2f}, c = {c:.2f}, c_first = {c_first:.2f}')
-  ax.title.set_fontsize(9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  save(fig, ax, path)
 
 
 def plot_tokens_per_call(path: pathlib.Path, row: Row, label: str) -> None:
@@ -91,7 +96,4 @@ def plot_tokens_per_call(path: pathlib.Path, row: Row, label: str) -> None:
           label=f'theory, alpha = {row["alpha"]:.2f}')
   ax.set(xlabel='tokens per target call', ylabel='fraction of target calls', xticks=k,
          title=f'{row["task"]}, {row["draft"]}, {label}, gamma = {gamma}')
-  ax.title.set_fontsize(9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  save(fig, ax, path)

@@ -87,10 +87,7 @@ def plot_speedups(path: pathlib.Path, result: dict) -> None:
   ax.set(xlabel='gamma', ylabel='predicted walltime speedup', xticks=gammas,
          title=f'{s["target"]} / {s["draft"]}, {s["dtype"]}, batch {s["batch_size"]}, '
                f'{result["device_kind"]}\n(alpha is an input; costs measured)')
-  ax.title.set_fontsize(9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  report_plots.save(fig, ax, path)
 
 
 def write_report(out_dir: str | pathlib.Path, result: dict,

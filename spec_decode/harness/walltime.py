@@ -322,8 +322,7 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
           alpha, gamma, times.c, lengths, times.r, times.c_first)),
       tokens_per_call=speculative.tokens_per_call,
       expected_tokens_per_call=float(theory.expected_tokens(alpha, gamma)),
-      finite_tokens_per_call=float(np.sum(lengths) / np.sum(
-          theory.expected_calls(alpha, gamma, lengths))),
+      finite_tokens_per_call=float(theory.finite_tokens_per_call(alpha, gamma, lengths)),
       loop_alpha=alpha_from_histogram(speculative.accept_histogram),
       identical=float(np.mean([b == s for b, s in zip(baseline.tokens, speculative.tokens)])),
       baseline_s=baseline.total_s, speculative_s=speculative.total_s,
