@@ -1,83 +1,101 @@
 #!/usr/bin/env bash
-# Loop costs at the paper's shapes on one GPU or TPU chip, as one command.
+# The paper's regime on one GPU or TPU chip, as one command that fits a lent device's time.
 #
-#   bash scripts/accelerator_check.sh            # T5-XXL + T5-small, bfloat16, batch 1 and 8,
-#                                                # and the bundled demo pair's shapes
-#   bash scripts/accelerator_check.sh --small    # tiny shapes: batch 2 and the demo pair (CPU, CI)
+#   bash scripts/accelerator_check.sh [--seconds S] [--out DIR]   # full: see the stages below
+#   bash scripts/accelerator_check.sh --small                      # tiny shapes (CPU, CI)
 #
-# Needs only jax, flax, optax, numpy, orbax, tensorstore, sentencepiece and msgpack (no seqio,
-# tensorflow, gin, tqdm or matplotlib; plots are drawn where matplotlib exists) and no install:
-# the repository is put on PYTHONPATH. Weights are random (scripts/shape_walltime.py): alpha is
-# an input, every cost is measured. Writes docs/results/accelerator_<device>/ (--small:
-# out/accelerator_check_small_<device>/), one folder per run and a README.md indexing them.
+# Stages, in this order (a stage that fails or runs out of time is recorded and the next runs):
+#   xxl_small_batch1  T5-XXL + T5-small, bfloat16, random weights, batch 1: baseline ms per token,
+#                     c, c_first, r(K) for K = 1..8, whole loops at gammas 3, 5, 7 (token) and 5
+#                     (block), compile seconds, peak memory, speedups at given alphas and at the
+#                     paper's Table 2 alphas (scripts/shape_walltime.py; alpha is an input)
+#   demo_pair         the bundled demo pair with its real weights (python -m spec_decode.demo):
+#                     alpha, measured and predicted speedup, greedy identity
+#   greedy_identity   the bundled pair's greedy outputs against the baseline's on 200 Multi30k
+#                     inputs at three precisions (scripts/greedy_identity.py)
+#   xxl_small_batch8  as the first stage at batch 8, token verification only
+# --seconds bounds the whole run (default 540): each stage gets at most its own share and what
+# is left, and is skipped when less than half its share is left. Every loop at XXL compiles once.
+#
+# Needs jax, flax, optax, numpy, orbax, tensorstore, sentencepiece, msgpack and sacrebleu, plus
+# gin-config and tqdm from build/device_site where the image lacks them (see
+# scripts/accelerator_distill.sh); no install: the repository is put on PYTHONPATH. Writes
+# DIR (default docs/results/<device>_<date>/; --small: out/accelerator_check_small_<device>/):
+# one folder or file per stage, <stage>.log, and README.md indexing them with their seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD:$PWD/build/device_site${PYTHONPATH:+:$PYTHONPATH}"
 python=${PYTHON:-python3}  # e.g. PYTHON=python3.11
 
-small=0
-if [[ "${1:-}" == "--small" ]]; then small=1; shift; fi
-if [[ $# -gt 0 ]]; then echo "usage: $0 [--small]" >&2; exit 2; fi
+usage() { echo "usage: $0 [--small] [--seconds S] [--out DIR]" >&2; exit 2; }
+small=0; budget=540; out=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --small) small=1; shift ;;
+    --seconds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; budget=$2; shift 2 ;;
+    --out) [[ -n ${2:-} ]] || usage; out=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
 
 device=$("$python" -c "import jax, re; print(re.sub(r'[^a-z0-9]+', '_', jax.devices()[0].device_kind.lower()).strip('_'))")
 if [[ $small == 1 ]]; then
-  out="out/accelerator_check_small_${device}"
-  pair=nano_nano
-  command="bash scripts/accelerator_check.sh --small"
-  xxl=(--target nano --draft nano --vocab_size 256 --dtype float32 --input_len 8
-       --max_decode_len 4 --gammas 1 --block_gammas 1 --repeats 1 --num_steps 2)
-  batches=(2)  # one batch size: batch 1 runs the same code
-  demo=(--target demo_target --draft demo_draft_small --vocab_size 8192 --dtype float32
-        --input_len 8 --max_decode_len 2 --gammas 1 --repeats 1 --num_steps 2)
+  out=${out:-out/accelerator_check_small_${device}}
+  xxl=(scripts/shape_walltime.py --target nano --draft nano --vocab_size 256 --dtype float32 --input_len 8
+       --max_decode_len 4 --repeats 1 --num_steps 2)
+  b1=(--gammas 1 2 --block_gammas 1 --batch_size 1); b8=(--gammas 1 --batch_size 2)
+  demo=(-m spec_decode.demo --n 1 --repeats 1)
+  identity=(scripts/greedy_identity.py --n 2 --gammas 2 --batch_size 2 --max_decode_len 8)
+  shares=(60 240 60 60)
 else
-  out="docs/results/accelerator_${device}"
-  pair=xxl_small
-  command="bash scripts/accelerator_check.sh"
-  xxl=(--target xxl --draft small --dtype bfloat16 --input_len 64 --max_decode_len 32
-       --gammas 1 2 3 5 7 --block_gammas 3 5 7 --repeats 3 --num_steps 16)
-  batches=(1 8)
-  demo=(--target demo_target --draft demo_draft_small --vocab_size 8192 --dtype bfloat16
-        --input_len 32 --max_decode_len 32 --repeats 3 --num_steps 16)
+  out=${out:-docs/results/${device}_$(date -u +%Y-%m-%d)}
+  xxl=(scripts/shape_walltime.py --target xxl --draft small --dtype bfloat16 --input_len 64
+       --max_decode_len 32 --repeats 3 --num_steps 16)
+  b1=(--gammas 3 5 7 --block_gammas 5 --batch_size 1); b8=(--gammas 3 5 7 --batch_size 8)
+  demo=(-m spec_decode.demo)
+  identity=(scripts/greedy_identity.py --n 200)
+  shares=(300 150 90 240)
 fi
 mkdir -p "$out"
 index="$out/README.md"
 {
-  echo "# Loop costs on $("$python" -c 'import jax; print(jax.devices()[0].device_kind)')"
+  echo "# The paper's regime on $("$python" -c 'import jax; print(jax.devices()[0].device_kind)')"
   echo
-  echo "\`$command\` on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), jax $("$python" -c 'import jax; print(jax.__version__)')."
-  echo "Random weights: **alpha is an input** in every speedup table; every cost is measured."
+  echo "\`bash scripts/accelerator_check.sh $([[ $small == 1 ]] && echo '--small ')--seconds $budget\`" \
+       "on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+       "jax $("$python" -c 'import jax; print(jax.__version__)')."
+  echo "The XXL runs have random weights: **alpha is an input** in their speedup tables; every" \
+       "cost is measured. The demo pair runs with its real weights."
   echo
-  echo "| run | folder | wall seconds |"
-  echo "| --- | --- | --- |"
+  echo "| stage | output | seconds | outcome |"
+  echo "| --- | --- | --- | --- |"
 } > "$index"
 
-run() {  # name, then shape_walltime.py arguments; writes $out/$name.row
-  local name=$1; shift
-  local start=$SECONDS
-  "$python" scripts/shape_walltime.py "$@" --out_dir "$out/$name"
-  echo "| $name | [$name/]($name/report.md) | $((SECONDS - start)) |" > "$out/$name.row"
+deadline=$((SECONDS + budget))
+failed=0
+stage() {  # name, share (seconds), output (in $out), then the command (its stdout goes to the log)
+  local name=$1 share=$2 output=$3; shift 3
+  local left=$((deadline - SECONDS - 5)) start=$SECONDS outcome=ok code=0
+  local cap=$((share < left ? share : left))
+  if ((2 * cap < share)); then  # under half its share left: it would only be cut
+    echo "| $name | - | 0 | skipped: $left s left |" >> "$index"; echo "$name: skipped" >&2
+    return
+  fi
+  echo "== $name (at most $cap s)" >&2
+  timeout --kill-after=10 "$cap" "$@" > "$out/$name.log" 2>&1 || code=$?
+  if ((code == 124 || code == 137)); then outcome="cut at $cap s"; failed=1
+  elif ((code != 0)); then outcome="failed (exit $code)"; failed=1; fi
+  [[ $outcome == ok ]] || tail -5 "$out/$name.log" >&2
+  echo "| $name | [$output]($output) | $((SECONDS - start)) | $outcome |" >> "$index"
+  echo "$name: $outcome, $((SECONDS - start)) s" >&2
 }
-names=()
-for batch in "${batches[@]}"; do names+=("${pair}_batch${batch}"); done
-names+=(demo_pair)
-if [[ $small == 1 ]]; then
-  # Compile-bound tiny runs: side by side (logs in $out/<run>.log), so that CI takes under a minute.
-  pids=()
-  for batch in "${batches[@]}"; do
-    run "${pair}_batch${batch}" "${xxl[@]}" --batch_size "$batch" > "$out/${pair}_batch${batch}.log" 2>&1 &
-    pids+=($!)
-  done
-  run demo_pair "${demo[@]}" --batch_size 1 > "$out/demo_pair.log" 2>&1 &
-  pids+=($!)
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || { cat "$out/${names[$i]}.log" >&2; echo "${names[$i]} failed" >&2; exit 1; }
-  done
-else
-  for batch in "${batches[@]}"; do
-    run "${pair}_batch${batch}" "${xxl[@]}" --batch_size "$batch"
-  done
-  run demo_pair "${demo[@]}" --batch_size 1
-fi
-for name in "${names[@]}"; do cat "$out/$name.row" >> "$index"; rm "$out/$name.row"; done
+stage xxl_small_batch1 "${shares[0]}" xxl_small_batch1/report.md \
+  "$python" "${xxl[@]}" "${b1[@]}" --out_dir "$out/xxl_small_batch1"
+stage demo_pair "${shares[1]}" demo_pair/report.md \
+  "$python" "${demo[@]}" --out_dir "$out/demo_pair"
+stage greedy_identity "${shares[2]}" greedy_identity.log "$python" "${identity[@]}"
+stage xxl_small_batch8 "${shares[3]}" xxl_small_batch8/report.md \
+  "$python" "${xxl[@]}" "${b8[@]}" --out_dir "$out/xxl_small_batch8"
 echo "total $SECONDS s" >> "$index"
 echo "report: $index"
+exit $failed

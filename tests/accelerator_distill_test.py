@@ -38,16 +38,24 @@ def _run(tmp_path, *args):
 
 
 def test_small_run_stopped_by_its_time_bound_writes_records_draft_and_alpha(tmp_path):
+  # The target's outputs first (--records_only), then training on them (--records), as a short
+  # lease runs it: the records made on one machine, the training on another.
+  records = tmp_path / 'records'
+  done = _run(tmp_path, str(records), '--small', '--records_only')
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  stages = [line.split()[0] for line in (records / 'seconds.txt').read_text().splitlines()]
+  assert stages == ['records_greedy', 'records_sampled'] and (records / 'DONE').exists()
+  assert not (records / 't5x').exists()
   # 1,000 steps do not fit in 40 s (the first step ends after ~12 s on 2 idle cores):
   # training stops itself after the step that passes the bound, and exports it.
   out = tmp_path / 'out'
-  done = _run(tmp_path, str(out), '--small', '--steps', '1000', '--train_seconds', '40')
+  done = _run(tmp_path, str(out), '--small', '--steps', '1000', '--train_seconds', '40',
+              '--records', str(records / 'mix'))
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   assert 'train_seconds 40 ran out: stopped after step ' in done.stderr
   assert (out / 'DONE').exists() and not (out / 'workdir').exists()
   stages = [line.split()[0] for line in (out / 'seconds.txt').read_text().splitlines()]
-  assert stages == ['records_greedy', 'records_sampled', 'train', 'alpha_multi30k',
-                    'alpha_debsum']
+  assert stages == ['train', 'alpha_multi30k', 'alpha_debsum']
   records = (out / 'mix' / 'train.jsonl').read_text().splitlines()
   assert 24 + 8 <= len(records) <= 24 + 8 + 16  # greedy outputs all kept, unfinished samples not
   assert all(isinstance(json.loads(r)['targets'], str) for r in records)
@@ -64,5 +72,13 @@ def test_small_run_stopped_by_its_time_bound_writes_records_draft_and_alpha(tmp_
 
 def test_bad_arguments_are_named(tmp_path):
   done = _run(tmp_path, str(tmp_path / 'out'), '--draft', 'draft_huge')
+  assert done.returncode == 2 and 'usage:' in done.stderr
+  assert not (tmp_path / 'out').exists()
+
+
+def test_records_that_are_not_there_or_with_records_only_are_named(tmp_path):
+  done = _run(tmp_path, str(tmp_path / 'out'), '--records', str(tmp_path / 'nowhere'))
+  assert done.returncode == 2 and 'expected train.jsonl and validation.jsonl' in done.stderr
+  done = _run(tmp_path, str(tmp_path / 'out'), '--records', str(tmp_path), '--records_only')
   assert done.returncode == 2 and 'usage:' in done.stderr
   assert not (tmp_path / 'out').exists()

@@ -188,6 +188,8 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
                        sharding.DATA_PARALLEL_RULES)
   jax.block_until_ready((target.params, draft.params))
   built = time.perf_counter() - built
+  if progress:
+    print(f'random weights built in {built:.1f} s', flush=True)
   inputs = np.asarray(jax.random.randint(jax.random.fold_in(rng, 3),
                                          (settings.batch_size, settings.input_len), 2,
                                          settings.vocab_size), np.int32)
@@ -209,6 +211,8 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
     first = _timed_first(run)
     outputs[name] = jax.device_get(run())
     compile_s[name] = first - _timed_first(run)
+    if progress:  # a run cut short still shows what compiling cost
+      print(f'{name}: compiled in {compile_s[name]:.1f} s', flush=True)
   runs = {name: [] for name in loops}
   for _ in progress_lib.bar(range(settings.repeats), desc='loops', disable=not progress):
     for name, run in loops.items():  # interleaved: drift lands on every loop alike
@@ -216,9 +220,13 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
   capacity = decoding.cache_length(length, max(settings.gammas))
   start_s = {name: _start_seconds(model, inputs, capacity, settings.repeats)
              for name, model in (('target', target), ('draft', draft))}
+  steps_start = time.perf_counter()
   times = step_costs.measure_step_times(
       target, draft, inputs, k_max=max(settings.gammas) + 1, max_decode_len=length,
       num_steps=settings.num_steps, repeats=settings.repeats, progress=progress)
+  if progress:
+    print(f'step costs (compiles included): {time.perf_counter() - steps_start:.1f} s',
+          flush=True)
 
   loop_rows = []
   for name, seconds in runs.items():
