@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper's regime on one GPU or TPU chip, as one command that fits a lent device's time.
 #
-#   bash scripts/accelerator_check.sh [--seconds S] [--out DIR]   # full: see the stages below
+#   bash scripts/accelerator_check.sh [--seconds S] [--out DIR] [--only STAGE,...]   # full
 #   bash scripts/accelerator_check.sh --small                      # tiny shapes (CPU, CI)
 #
 # Stages, in this order (a stage that fails or runs out of time is recorded and the next runs):
@@ -16,26 +16,34 @@
 #   xxl_small_batch8  as the first stage at batch 8, token verification only
 # --seconds bounds the whole run (default 540): each stage gets at most its own share and what
 # is left, and is skipped when less than half its share is left. Every loop at XXL compiles once.
+# --only runs the named stages alone (e.g. what an earlier, shorter lease left out).
 #
 # Needs jax, flax, optax, numpy, orbax, tensorstore, sentencepiece, msgpack and sacrebleu, plus
 # gin-config and tqdm from build/device_site where the image lacks them (see
 # scripts/accelerator_distill.sh); no install: the repository is put on PYTHONPATH. Writes
 # DIR (default docs/results/<device>_<date>/; --small: out/accelerator_check_small_<device>/):
 # one folder or file per stage, <stage>.log, and README.md indexing them with their seconds.
+# COMMIT names the commit in the index where the copy that runs has no git history of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD:$PWD/build/device_site${PYTHONPATH:+:$PYTHONPATH}"
 python=${PYTHON:-python3}  # e.g. PYTHON=python3.11
 
-usage() { echo "usage: $0 [--small] [--seconds S] [--out DIR]" >&2; exit 2; }
-small=0; budget=540; out=""
+usage() { echo "usage: $0 [--small] [--seconds S] [--out DIR] [--only STAGE,...]" >&2; exit 2; }
+stages=(xxl_small_batch1 demo_pair greedy_identity xxl_small_batch8)
+small=0; budget=540; out=""; only=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --small) small=1; shift ;;
     --seconds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; budget=$2; shift 2 ;;
     --out) [[ -n ${2:-} ]] || usage; out=$2; shift 2 ;;
+    --only) [[ -n ${2:-} ]] || usage; only=$2; shift 2 ;;
     *) usage ;;
   esac
+done
+for name in ${only//,/ }; do
+  [[ " ${stages[*]} " == *" $name "* ]] || { echo "--only: unknown stage $name; the stages:" \
+    "${stages[*]}" >&2; exit 2; }
 done
 
 device=$("$python" -c "import jax, re; print(re.sub(r'[^a-z0-9]+', '_', jax.devices()[0].device_kind.lower()).strip('_'))")
@@ -61,8 +69,8 @@ index="$out/README.md"
 {
   echo "# The paper's regime on $("$python" -c 'import jax; print(jax.devices()[0].device_kind)')"
   echo
-  echo "\`bash scripts/accelerator_check.sh $([[ $small == 1 ]] && echo '--small ')--seconds $budget\`" \
-       "on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+  echo "\`bash scripts/accelerator_check.sh $([[ $small == 1 ]] && echo '--small ')--seconds $budget$([[ -n $only ]] && echo " --only $only")\`" \
+       "on $(date -u +%Y-%m-%d), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}," \
        "jax $("$python" -c 'import jax; print(jax.__version__)')."
   echo "The XXL runs have random weights: **alpha is an input** in their speedup tables; every" \
        "cost is measured. The demo pair runs with its real weights."
@@ -77,6 +85,9 @@ stage() {  # name, share (seconds), output (in $out), then the command (its stdo
   local name=$1 share=$2 output=$3; shift 3
   local left=$((deadline - SECONDS - 5)) start=$SECONDS outcome=ok code=0
   local cap=$((share < left ? share : left))
+  if [[ -n $only && ",$only," != *",$name,"* ]]; then
+    echo "| $name | - | 0 | not asked for (--only) |" >> "$index"; return
+  fi
   if ((2 * cap < share)); then  # under half its share left: it would only be cut
     echo "| $name | - | 0 | skipped: $left s left |" >> "$index"; echo "$name: skipped" >&2
     return

@@ -51,7 +51,11 @@ def main() -> None:
   inputs = loading.encode_texts([e['inputs'] for e in examples], 64)
   batches = [inputs[i:i + args.batch_size] for i in range(0, len(inputs), args.batch_size)]
   key = jax.random.key(0)
-  rows = []
+  # Each precision's rows as soon as they are counted: a run cut short keeps what it finished.
+  print(f'Bundled target + {args.draft}, first {len(inputs)} Multi30k test inputs, greedy, '
+        f'batches of {args.batch_size}, max_decode_len {args.max_decode_len}\n', flush=True)
+  print('| precision | gamma | outputs differing from the baseline |')
+  print('| --- | --- | --- |', flush=True)
   for precision, dtypes in PRECISIONS.items():
     target, draft = _load('target', *dtypes), _load(args.draft, *dtypes)
     differ = dict.fromkeys(args.gammas, 0)
@@ -62,14 +66,9 @@ def main() -> None:
                                            max_decode_len=args.max_decode_len)
         differ[gamma] += int(np.sum(np.any(np.asarray(spec.tokens) != np.asarray(base.tokens),
                                            axis=1)))
-    rows += [(precision, gamma, count) for gamma, count in differ.items()]
-
-  print(f'\nBundled target + {args.draft}, first {len(inputs)} Multi30k test inputs, greedy, '
-        f'batches of {args.batch_size}, max_decode_len {args.max_decode_len}\n')
-  print('| precision | gamma | outputs differing from the baseline |')
-  print('| --- | --- | --- |')
-  for precision, gamma, count in rows:
-    print(f'| {precision} | {gamma} | {count}/{len(inputs)} ({100 * count / len(inputs):.1f}%) |')
+    for gamma, count in differ.items():
+      print(f'| {precision} | {gamma} | {count}/{len(inputs)} '
+            f'({100 * count / len(inputs):.1f}%) |', flush=True)
 
 
 if __name__ == '__main__':

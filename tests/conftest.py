@@ -24,10 +24,10 @@ for _flag, _value in (('--xla_backend_optimization_level', '0'),
   if _flag not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}={_value}".strip()
 
-SLOWEST_FIRST = ('decoding_test.py', 'accelerator_distill_test.py', 'drafts_test.py',
-                 'sharding_test.py', 'infer_test.py', 'notebooks_test.py', 'measure_test.py',
-                 'block_verification_test.py', 'speculative_test.py', 'experiments_test.py',
-                 'shapes_test.py', 'sampling_test.py', 'whitebox_test.py',
+SLOWEST_FIRST = ('decoding_test.py', 'shapes_test.py', 'accelerator_distill_test.py',
+                 'drafts_test.py', 'sharding_test.py', 'infer_test.py', 'notebooks_test.py',
+                 'measure_test.py', 'block_verification_test.py', 'speculative_test.py',
+                 'experiments_test.py', 'sampling_test.py', 'whitebox_test.py',
                  'pruned_head_script_test.py', 'train_test.py', 'cli_errors_test.py',
                  't5_network_test.py', 'models_test.py', 'beam_search_test.py')
 

@@ -131,9 +131,10 @@ def test_accelerator_check_small_runs_without_the_absent_packages(tmp_path):
     assert all(row['seconds'] > 0 and 1 <= row['iterations'] <= 4 for row in result['loops'])
     assert len(result['steps']['r']) == (3 if run.endswith('1') else 2)
   # The demo pair with its real weights: greedy speculation reproduces the baseline.
-  demo_row = next(line for line in (index.parent / 'demo_pair' / 'report.md').read_text()
-                  .splitlines() if line.startswith('| demo_ende |') and '| T=0 |' in line)
-  assert '| yes |' in demo_row
+  demo_report = (index.parent / 'demo_pair' / 'report.md').read_text()
+  demo_row = next(line for line in demo_report.splitlines()
+                  if line.startswith('| demo_ende |') and '| T=0 |' in line and 'bleu' in line)
+  assert '| yes |' in demo_row and '(no plots: ' in demo_report  # tables without matplotlib
   identity = (index.parent / 'greedy_identity.log').read_text()
   assert '| float32 | 2 | 0/2 (0.0%) |' in identity
 
@@ -154,3 +155,6 @@ def test_accelerator_check_names_a_bad_argument():
   done = subprocess.run(['bash', 'scripts/accelerator_check.sh', '--seconds', 'soon'], cwd=ROOT,
                         capture_output=True, text=True, timeout=60)
   assert done.returncode == 2 and 'usage:' in done.stderr
+  done = subprocess.run(['bash', 'scripts/accelerator_check.sh', '--only', 'xxl_small_batch9'],
+                        cwd=ROOT, capture_output=True, text=True, timeout=60)
+  assert done.returncode == 2 and 'unknown stage xxl_small_batch9' in done.stderr

@@ -203,7 +203,8 @@ def _measured_verify_ms(timing: Row) -> list[float]:
   return timing.get('verify_measured_ms', timing['verify_ms'])
 
 
-def _timing_section(timing: Row) -> str:
+def _timing_section(timing: Row, plot: str) -> str:
+  """c, c_first and the r(K) table; `plot`: the r(K) plot's Markdown (or why there is none)."""
   rows = [dict(k=k, raw=raw, ms=ms, r=r) for k, (raw, ms, r) in enumerate(
       zip(_measured_verify_ms(timing), timing['verify_ms'], timing['r']), start=1)]
   table = markdown_table(rows, (('K', lambda x: str(x['k'])),
@@ -214,12 +215,12 @@ def _timing_section(timing: Row) -> str:
           f'{timing["draft_step_ms"]:.4f} ms in a run of draft steps: **c = {timing["c"]:.3f}**. '
           f'The first draft step after a target call (what a draft step adds to a loop of '
           f'target steps, timed in alternating runs) takes {timing["draft_first_ms"]:.4f} ms: '
-          f'**c_first = {timing["c_first"]:.3f}**; the difference is the cost of re-reading the '
-          f'draft weights that the target call evicted from the CPU cache, paid once per '
-          f'iteration. One target call over K positions costs r(K) target steps (the paper '
+          f'**c_first = {timing["c_first"]:.3f}**; the difference is what the target call costs '
+          f'the draft step after it (on a CPU: re-reading the draft weights that the target '
+          f'call evicted from the cache), paid once per iteration. One target call over K positions costs r(K) target steps (the paper '
           f'assumes r = 1 and c_first = c); a call over more positions never costs less, so '
           f'r(K) is the non-decreasing least-squares fit of the measured times, which keeps '
-          f'a noisy dip from steering best_gamma:\n\n{table}\n\n![r(K)](r_vs_k.png)'
+          f'a noisy dip from steering best_gamma:\n\n{table}\n\n{plot}'
           + _iterations_note(timing) + _chosen_with_note(timing))
 
 
@@ -270,6 +271,7 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
   alpha_rows, walltime_rows = list(alpha_rows), list(walltime_rows)
   written = [out / 'report.md', out / 'results.json']
   sections = [f'# {title}', notes] if notes else [f'# {title}']
+  no_plots = report_plots.available()  # why there are none, on an image without matplotlib
 
   if alpha_rows:
     written.append(out / 'table3_alpha.csv')
@@ -278,11 +280,13 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
                     'adjusted distributions at each position of the target\'s own outputs '
                     '(one teacher-forced pass per model); s.e. from per-sequence sums.\n\n'
                     + markdown_table(alpha_rows, ALPHA_COLUMNS))
-  if timing is not None:
+  if timing is not None and not no_plots:
     written.append(out / 'r_vs_k.png')
     report_plots.plot_verify_cost(written[-1], timing['r'],
                                   np.asarray(_measured_verify_ms(timing)) / timing['target_step_ms'])
-    sections.append('## c and r(K)\n\n' + _timing_section(timing))
+  if timing is not None:
+    sections.append('## c and r(K)\n\n' + _timing_section(
+        timing, f'(no plots: {no_plots})' if no_plots else '![r(K)](r_vs_k.png)'))
   if walltime_rows:
     written.append(out / 'table2_walltime.csv')
     write_csv(written[-1], walltime_rows)
@@ -317,8 +321,8 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
           'sampling at the same temperature (chosen gammas), from the same interleaved run.\n\n'
           + markdown_table(knobs, KNOB_COLUMNS))
     sections.append('### gamma sweep\n\n' + markdown_table(walltime_rows, SWEEP_COLUMNS))
-    plots = []
-    for group in dict.fromkeys(map(_group, walltime_rows)):
+    plots = [f'(no plots: {no_plots})'] if no_plots else []
+    for group in dict.fromkeys(map(_group, walltime_rows) if not no_plots else ()):
       rows = [row for row in walltime_rows if _group(row) == group]
       names = []
       if timing is not None:

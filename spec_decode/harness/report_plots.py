@@ -14,6 +14,15 @@ from spec_decode import theory
 Row = dict[str, Any]
 
 
+def available() -> str | None:
+  """None where matplotlib imports, else why not (a report then holds its tables alone)."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as error:
+    return str(error)
+  return None
+
+
 def figure(size: tuple[float, float]):
   """A matplotlib Figure on the Agg canvas (no pyplot state).
 
