@@ -81,12 +81,15 @@ if [[ $small == 1 ]]; then
   m30k_sampled=demo_multi30k:train:16; val=demo_ende:validation:4
   batch=8; decode_len=16; steps=${steps:-3}; batch_tokens=${batch_tokens:-512}; n_eval=4
   # Training measures no alpha of its own (the alpha stages do): CI time.
-  checkpoint_every=100; train_eval=0; log_every=10
+  checkpoint_every=100; train_eval=0; log_every=10; compile_buckets=False
 else
   m30k_greedy=demo_multi30k:train; deb_greedy=demo_debsum:train:5000
   m30k_sampled=demo_multi30k:train:15000; val=demo_ende:validation:200
   batch=512; decode_len=64; steps=${steps:-4000}; batch_tokens=${batch_tokens:-16384}; n_eval=200
   checkpoint_every=100; train_eval=$n_eval; log_every=10
+  # Every bucket shape's step compiled side by side before training: one at a time, as the loop
+  # meets them, they cost an H200 ~10-40 s each against ~20 ms a step once compiled.
+  compile_buckets=True
 fi
 target=(--config demo_target --checkpoint spec_decode/data/models/target)
 : > "$out/seconds.txt"
@@ -135,7 +138,8 @@ train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) 
     --gin.whitebox.WhiteboxConfig.eval_examples="$train_eval"
     --gin.whitebox.WhiteboxConfig.log_every="$log_every"
     --gin.whitebox.WhiteboxConfig.eval_every="${eval_every:-$(( steps > 1000 ? 1000 : steps ))}"
-    --gin.whitebox.WhiteboxConfig.checkpoint_every="$checkpoint_every")
+    --gin.whitebox.WhiteboxConfig.checkpoint_every="$checkpoint_every"
+    --gin.whitebox.WhiteboxConfig.compile_buckets="$compile_buckets")
 }
 bounded_train() {  # trains for at most about train_seconds (whitebox.train stops itself)
   train_args "$steps"

@@ -148,6 +148,10 @@ class WhiteboxConfig:
       first step that ends past it is checkpointed, logged ({step,
       stopped_early, time}) and exported like the last, and training ends
       there (the learning-rate schedule stays num_steps' own).
+    compile_buckets: compile the step for every bucket shape at once before
+      training (`spec_decode.train.compile_buckets`): on an accelerator a
+      compile costs hundreds of steps, and the loop would meet the shapes
+      one at a time; on a CPU a short run may never meet some of them.
   """
 
   divergence: str = 'fkl'
@@ -178,6 +182,7 @@ class WhiteboxConfig:
   checkpoint_every: int = 100
   seed: int = 0
   train_seconds: float | None = None
+  compile_buckets: bool = False
 
   def __post_init__(self):
     weights = (self.reference_weight, self.distilled_weight, self.on_policy_weight)
@@ -325,6 +330,13 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
 
   if start == 0 and eval_set is not None:
     evaluate(0, state.params)
+  step_fn = lambda state, batch: train_step(  # pylint: disable=unnecessary-lambda-assignment
+      state, target.params, batch, cfg.temperature, draft=Transformer(draft_config),
+      target=target.network, tx=tx, name=cfg.divergence)
+  if cfg.compile_buckets:
+    seconds = time.perf_counter()
+    train_lib.compile_buckets(step_fn, state, cfg.train_config())
+    bar.write(f'compiled the step for every bucket shape in {time.perf_counter() - seconds:.1f} s')
   t0 = last = time.perf_counter()
   deadline = None if cfg.train_seconds is None else t0 + cfg.train_seconds
   stats = []
@@ -332,9 +344,7 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
     if cfg.on_policy_weight and (step == start or step % cfg.on_policy_every == 0):
       draft = models.T5Model(draft_config, state.params)
       record(step, mixture.refresh(draft, jax.random.fold_in(jax.random.key(cfg.seed), step)))
-    state, batch_stats = train_step(state, target.params, next(batches), cfg.temperature,
-                                    draft=Transformer(draft_config), target=target.network,
-                                    tx=tx, name=cfg.divergence)
+    state, batch_stats = step_fn(state, next(batches))
     stats.append(batch_stats)
     done = step + 1
     # Checked before the step's logging, so that a stopped run's last step is logged and saved.

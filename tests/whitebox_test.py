@@ -177,3 +177,20 @@ def test_tiny_run_raises_alpha_with_on_policy_data_and_resumes(tmp_path):
     np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype))
   with pytest.raises(ConfigError, match='not empty'):
     run(cfg, export_dir=str(tmp_path / 'export'))
+
+
+def test_compile_buckets_compiles_every_bucket_shape_before_the_loop_meets_it(tmp_path):
+  target = models.T5Model.random(t5_1_1('nano', vocab_size=8192), jax.random.key(0))
+  checkpoints.write_t5x(str(tmp_path / 'target'), target.params)
+  cfg = whitebox.WhiteboxConfig(
+      divergence='tvd', tasks=(('demo_multi30k', 1.0),), reference_weight=1.0,
+      on_policy_weight=0.0, max_decode_len=16, num_steps=6, batch_tokens=256,
+      input_buckets=(16, 32), target_buckets=(8, 16), eval_examples=0, log_every=3,
+      checkpoint_every=6, compile_buckets=True)
+  jax.clear_caches()
+  state = whitebox.train(target.config, str(tmp_path / 'target'), t5_1_1('nano', vocab_size=8192),
+                         cfg, str(tmp_path / 'run'))
+  assert int(state.step) == 6
+  # One program per (input, target) bucket, all made before the first step: the loop's steps,
+  # whatever buckets they met, compiled nothing more.
+  assert whitebox.train_step._cache_size() == 4  # pylint: disable=protected-access
