@@ -23,6 +23,7 @@ from flax import traverse_util
 from spec_decode import checkpoints
 from spec_decode.t5 import config as config_lib
 from spec_decode.t5 import network
+from tests import tolerances
 
 CONFIG = config_lib.t5_1_1('tiny', vocab_size=100)
 BATCH, ENCODER_LEN, DECODER_LEN = 2, 9, 7
@@ -254,7 +255,8 @@ def test_transformers_round_trip(params, tmp_path):
   with torch.no_grad():
     theirs = model(input_ids=torch.from_numpy(inputs),
                    decoder_input_ids=torch.from_numpy(targets)).logits.numpy()
-  np.testing.assert_allclose(theirs, _logits(params), atol=1e-4, rtol=0)
+  # PyTorch against XLA: measured 8.6e-6 apart at a largest logit of 3.9 (19 ulps of it).
+  tolerances.assert_close(theirs, _logits(params), ulps=256)
   # And what transformers itself writes reads back.
   model.save_pretrained(str(tmp_path / 'saved'))
   _assert_same_logits(checkpoints.load_params(str(tmp_path / 'saved'), CONFIG), params)

@@ -11,6 +11,7 @@ from flax import traverse_util
 from spec_decode import cache as cache_lib
 from spec_decode.t5 import config as config_lib
 from spec_decode.t5 import network
+from tests import tolerances
 
 # Official T5 1.1 sizes with vocab 32128: (arrays, parameters).
 PARAM_COUNTS = {
@@ -145,7 +146,7 @@ def test_cached_decoding_matches_full_sequence(model):
   cache = model['start'](model['params'], model['encoder_tokens'])
   for size in (1, 4, DECODER_LEN):
     logits, out = _decode_chunks(model, cache, model['decoder_tokens'], size)
-    np.testing.assert_allclose(logits, full, atol=1e-5, rtol=1e-5, err_msg=f'K={size}')
+    tolerances.assert_close(logits, full, ulps=64, err_msg=f'K={size}')
     np.testing.assert_array_equal(out.index, np.full(BATCH, DECODER_LEN))
 
 
@@ -156,10 +157,10 @@ def test_chunk_equals_single_steps_in_logits_and_cache(model):
   chunk = model['decoder_tokens'][:, 4:8]
   chunk_logits, chunk_cache = _decode_chunks(model, cache, chunk, 4)
   step_logits, step_cache = _decode_chunks(model, cache, chunk, 1)
-  np.testing.assert_allclose(chunk_logits, step_logits, atol=1e-5, rtol=1e-5)
+  tolerances.assert_close(chunk_logits, step_logits, ulps=64)
   np.testing.assert_array_equal(chunk_cache.index, step_cache.index)
   for a, b in zip(jax.tree.leaves(chunk_cache.layers), jax.tree.leaves(step_cache.layers)):
-    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    tolerances.assert_close(a, b, ulps=64)
 
 
 def test_rewind_to_per_row_indices_then_decode_equals_fresh(model):
@@ -179,14 +180,14 @@ def test_rewind_to_per_row_indices_then_decode_equals_fresh(model):
     fresh[b, i:i + 4] = new[b]
   full = model['full'](model['params'], model['encoder_tokens'], fresh)
   for b, i in enumerate(index):
-    np.testing.assert_allclose(logits[b], full[b, i:i + 4], atol=1e-5, rtol=1e-5)
+    tolerances.assert_close(logits[b], full[b, i:i + 4], ulps=64)
 
 
 def test_encoder_padding_is_ignored(model):
   padded = np.pad(model['encoder_tokens'], ((0, 0), (0, 5)))
   short = model['full'](model['params'], model['encoder_tokens'], model['decoder_tokens'])
   long = model['full'](model['params'], padded, model['decoder_tokens'])
-  np.testing.assert_allclose(long, short, atol=1e-5, rtol=1e-5)
+  tolerances.assert_close(long, short, ulps=64)
 
 
 def test_dropout_only_when_enabled(model):
@@ -196,7 +197,7 @@ def test_dropout_only_when_enabled(model):
       enable_dropout=enable, rngs={'dropout': key}), static_argnums=1)
   off = apply(jax.random.key(0), False)
   reference = model['full'](model['params'], model['encoder_tokens'], model['decoder_tokens'])
-  np.testing.assert_allclose(off, reference, atol=1e-5, rtol=1e-5)
+  tolerances.assert_close(off, reference, ulps=64)
   on_0, on_1 = apply(jax.random.key(0), True), apply(jax.random.key(1), True)
   assert not np.allclose(on_0, off, atol=1e-3)
   assert not np.allclose(on_0, on_1, atol=1e-3)
