@@ -2,6 +2,37 @@
 
 import setuptools
 
+# The core: decoding, the T5 network, checkpoints (T5X, orbax, Hugging Face), the command line,
+# training. It imports no seqio, TensorFlow, PyTorch or matplotlib, so that it runs on the
+# accelerator images as they are. jax is not pinned: install jax[tpu] or jax[cuda13] first on
+# those machines, and pip keeps it.
+CORE = [
+    'jax>=0.10.2',
+    'flax>=0.12.8',
+    'optax>=0.2.8',
+    'orbax-checkpoint>=0.12.8',
+    'etils[epath]',
+    'tensorstore>=0.1.70',
+    'msgpack>=1.0',
+    'safetensors>=0.4',
+    'sentencepiece>=0.2',
+    'numpy>=1.26',
+    'gin-config>=0.5',
+    'tqdm>=4.66',
+]
+EXTRAS = {
+    # seqio tasks: T5's tfds datasets and the bundled tasks as seqio mixtures (training).
+    'data': ['seqio==0.0.20', 'tensorflow~=2.21.0', 'tensorflow-datasets~=4.9.10'],
+    # The measurement harness's plots and quality metrics (BLEU, ROUGE).
+    'harness': ['matplotlib>=3.8', 'scipy>=1.11', 'sacrebleu>=2.4', 'rouge-score>=0.1.2'],
+    # The Hugging Face peer: parity tests, HF export and assisted generation.
+    # torch is pinned to the CPU wheel these machines keep on local disk.
+    'hf': ['torch==2.13.0', 'transformers>=5.0'],
+}
+EXTRAS['test'] = (['pytest>=8', 'pytest-xdist>=3.8', 'nbclient>=0.10', 'nbformat>=5.10',
+                   'ipykernel>=6.29'] + EXTRAS['data'] + EXTRAS['harness'])
+EXTRAS['all'] = sorted({r for reqs in EXTRAS.values() for r in reqs})
+
 setuptools.setup(
     name='spec_decode',
     version='0.1.0',
@@ -12,34 +43,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['spec_decode', 'spec_decode.*']),
     include_package_data=True,
     package_data={'spec_decode': ['data/**/*']},
-    install_requires=[
-        'jax~=0.10.2',
-        'jaxlib~=0.10.2',
-        'flax~=0.12.8',
-        'optax~=0.2.8',
-        'orbax-checkpoint~=0.12.8',
-        'etils[epath]',
-        'tensorstore>=0.1.70',
-        'msgpack>=1.0',
-        'safetensors>=0.4',
-        'gin-config>=0.5',
-        'seqio==0.0.20',
-        'tensorflow~=2.21.0',
-        'tensorflow-datasets~=4.9.10',
-        'sentencepiece>=0.2',
-        'numpy>=1.26',
-        'scipy>=1.11',
-        'tqdm>=4.66',
-        'matplotlib>=3.8',
-        'sacrebleu>=2.4',
-        'rouge-score>=0.1.2',
-    ],
-    extras_require={
-        'test': ['pytest>=8', 'pytest-xdist>=3.8', 'nbclient>=0.10', 'nbformat>=5.10',
-                 'ipykernel>=6.29'],
-        # The Hugging Face peer: parity tests, HF export and assisted generation.
-        # torch is pinned to the CPU wheel these machines keep on local disk.
-        'hf': ['torch==2.13.0', 'transformers>=5.0'],
-    },
+    install_requires=CORE,
+    extras_require=EXTRAS,
     entry_points={'console_scripts': ['spec-decode=spec_decode.infer:main']},
 )
