@@ -40,9 +40,15 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     python_requires='>=3.11',
-    packages=setuptools.find_packages(include=['spec_decode', 'spec_decode.*']),
+    # gin/ and configs/ sit at the top of the repository (T5X's layout) and ship inside the
+    # package as spec_decode/gin and spec_decode/configs, where a wheel install finds them
+    # (`spec_decode.data.repository_dir`).
+    packages=(setuptools.find_packages(include=['spec_decode', 'spec_decode.*'])
+              + ['spec_decode.gin', 'spec_decode.configs']),
+    package_dir={'spec_decode.gin': 'gin', 'spec_decode.configs': 'configs'},
     include_package_data=True,
-    package_data={'spec_decode': ['data/**/*']},
+    package_data={'spec_decode': ['data/**/*'], 'spec_decode.gin': ['**/*.gin'],
+                  'spec_decode.configs': ['*.json', '*.md']},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={'console_scripts': ['spec-decode=spec_decode.infer:main']},

@@ -19,7 +19,7 @@
 # training (make them on any machine with --records_only, which stops after them).
 #
 # --small runs every stage at tiny sizes (CPU, CI). On CPU the full recipe takes hours (the
-# runs in docs/results/cpu_2cores/whitebox_targetdata/); on an accelerator the stages print
+# runs in docs/results/whitebox-target-outputs/); on an accelerator the stages print
 # their seconds so that the next run can be sized.
 #
 # The device image has jax, flax, optax, orbax, tensorstore, sentencepiece and msgpack but

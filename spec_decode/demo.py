@@ -24,7 +24,7 @@ again between the inputs for the predictions (the machine's speed drifts),
 and prints the walltime table; the full
 report (Markdown, CSV, plots) goes to --out_dir. The draft scores the 4096
 tokens most frequent in the training targets (`--head_size`; its output layer
-is most of what a draft step reads: see scripts/pruned_head.py).
+is most of what a draft step reads: see scripts/studies/pruned_head.py).
 """
 
 import argparse

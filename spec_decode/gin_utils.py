@@ -20,7 +20,9 @@ from typing import Any, Callable, Sequence
 
 import gin
 
-GIN_DIR = pathlib.Path(__file__).resolve().parents[1] / 'gin'
+from spec_decode import data
+
+GIN_DIR = data.repository_dir('gin')
 
 
 class ConfigError(ValueError):

@@ -1,4 +1,4 @@
-"""Tests for scripts/attention_cost.py and the compiled runs it times."""
+"""Tests for scripts/studies/attention_cost.py and the compiled runs it times."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,7 @@ from tests import script_runner
 
 
 def test_prints_both_programs_per_k():
-  done = script_runner.run('attention_cost.py', '--config', 'nano', '--k_max', '2',
+  done = script_runner.run('studies/attention_cost.py', '--config', 'nano', '--k_max', '2',
                            '--max_decode_len', '8', '--num_steps', '2', '--rounds', '2')
   assert done.returncode == 0, done.stderr[-2000:]
   rows = script_runner.table_rows(done.stdout)[1:]  # the header row first
@@ -23,7 +23,7 @@ def test_prints_both_programs_per_k():
 
 
 def test_bad_counts_are_an_error():
-  done = script_runner.run('attention_cost.py', '--k_max', '0')
+  done = script_runner.run('studies/attention_cost.py', '--k_max', '0')
   assert done.returncode == 2 and 'must be >= 1' in done.stderr
 
 

@@ -30,10 +30,10 @@ def test_measured_rows_are_reused_and_reported(tmp_path):
   for i, name in enumerate(names):  # every row measured already: nothing trains
     file = distill_ablation._slug(name) + '.json'
     (rows_dir / file).write_text(json.dumps(_result(name, 0.5 + 0.01 * i)))
-  paths = distill_ablation.run(settings, 'python scripts/distill_ablation.py --steps 7')
+  paths = distill_ablation.run(settings, 'python scripts/studies/distill_ablation.py --steps 7')
   assert [p.name for p in paths] == ['report.md', 'alpha.csv', 'results.json', 'alpha.png']
   text = paths[0].read_text()
-  assert '`python scripts/distill_ablation.py --steps 7`' in text and '7 steps of 4096' in text
+  assert '`python scripts/studies/distill_ablation.py --steps 7`' in text and '7 steps of 4096' in text
   assert '| tvd, no on-policy | 0.550 ± 0.010 |' in text
   assert [r['row'] for r in json.loads(paths[2].read_text())['rows']] == names
   assert not (tmp_path / 'work').exists()

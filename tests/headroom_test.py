@@ -1,4 +1,4 @@
-"""Tests for spec_decode.harness.headroom and scripts/headroom.py: by-hand rows."""
+"""Tests for spec_decode.harness.headroom and scripts/studies/headroom.py: by-hand rows."""
 
 import json
 import math
@@ -94,7 +94,7 @@ def test_script_prints_one_line_per_row(tmp_path):
   results = dict(walltime=[ROW, dict(ROW, temperature=1.0, top_k=40)],
                  timing=dict(r=R, iteration_cost={'3': 2.0}))
   (tmp_path / 'results.json').write_text(json.dumps(results))
-  done = script_runner.run('headroom.py', str(tmp_path), '--speedup', '1.25', '--gammas', '2', '3')
+  done = script_runner.run('studies/headroom.py', str(tmp_path), '--speedup', '1.25', '--gammas', '2', '3')
   assert done.returncode == 0, done.stderr[-2000:]
   rows = script_runner.table_rows(done.stdout, str(tmp_path))
   assert [row[1] for row in rows] == ['T=0', 'T=1 top_k=40']
@@ -103,5 +103,5 @@ def test_script_prints_one_line_per_row(tmp_path):
   assert rows[0][2:] == ['3', '1.25X', '2.50', '0.600', f'~{2.0 / (0.4 + 3.0 * 1.6 / 1.8 / 3):.2f}X; '
                          f'{headroom.alpha_for_tokens(3.0 * 1.6 / 1.8 / 1.2, 2):.3f}',
                          f'{ceiling:.2f}X; {alpha:.3f}']
-  missing = script_runner.run('headroom.py', str(tmp_path / 'nowhere'))
+  missing = script_runner.run('studies/headroom.py', str(tmp_path / 'nowhere'))
   assert missing.returncode == 1 and 'no results.json' in missing.stderr

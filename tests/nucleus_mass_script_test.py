@@ -1,10 +1,10 @@
-"""Tests for scripts/nucleus_mass.py: shares per cap that never fall as the cap shrinks, costs."""
+"""Tests for scripts/studies/nucleus_mass.py: shares per cap that never fall as the cap shrinks, costs."""
 
 from tests import script_runner
 
 
 def test_prints_shares_and_costs_per_cap():
-  done = script_runner.run('nucleus_mass.py', '--n', '3', '--drafts', 'draft_small', '--caps', '8',
+  done = script_runner.run('studies/nucleus_mass.py', '--n', '3', '--drafts', 'draft_small', '--caps', '8',
                            '2', '64', '--gamma', '2', '--steps', '2', '--rounds', '1')
   assert done.returncode == 0, done.stderr[-2000:]
   shares = {row[0].split(',')[0] + (' windows' if ',' in row[0] else ''):
@@ -22,5 +22,5 @@ def test_prints_shares_and_costs_per_cap():
 
 
 def test_bad_top_p_is_an_error():
-  done = script_runner.run('nucleus_mass.py', '--top_p', '1.0')
+  done = script_runner.run('studies/nucleus_mass.py', '--top_p', '1.0')
   assert done.returncode == 2 and 'top_p must lie in (0, 1)' in done.stderr

@@ -1,10 +1,10 @@
-"""Tests for scripts/pruned_head.py: coverage, alpha, costs and an interleaved run per head."""
+"""Tests for scripts/studies/pruned_head.py: coverage, alpha, costs and an interleaved run per head."""
 
 from tests import script_runner
 
 
 def test_prints_each_head_against_the_full_one():
-  done = script_runner.run('pruned_head.py', '--n', '2', '--sizes', '16', '--temperatures', '0',
+  done = script_runner.run('studies/pruned_head.py', '--n', '2', '--sizes', '16', '--temperatures', '0',
                            '--repeats', '1', '--max_decode_len', '6', '--gamma', '1',
                            '--steps', '2', '--rounds', '1')
   assert done.returncode == 0, done.stderr[-2000:]
@@ -21,5 +21,5 @@ def test_prints_each_head_against_the_full_one():
 
 
 def test_bad_size_is_an_error():
-  done = script_runner.run('pruned_head.py', '--sizes', '1')
+  done = script_runner.run('studies/pruned_head.py', '--sizes', '1')
   assert done.returncode == 2 and 'sizes must lie in 2..8192' in done.stderr

@@ -15,7 +15,30 @@ import pathlib
 from typing import Callable, Optional, TextIO
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent
+_PACKAGE_DIR = DATA_DIR.parent
 VOCAB_PATH = DATA_DIR / 'vocab' / 'spm_8k.model'
+
+
+
+def repository_dir(name: str) -> pathlib.Path:
+  """A top-level folder of the repository (`gin`, `configs`), wherever spec_decode is installed.
+
+  A checkout (or an editable install) has it beside the package; a wheel carries a copy inside
+  the package (see setup.py).
+
+  Raises:
+    FileNotFoundError: neither place has the folder.
+  """
+  for path in (_PACKAGE_DIR.parent / name, _PACKAGE_DIR / name):
+    if path.is_dir():
+      return path
+  raise FileNotFoundError(f'no {name}/ folder beside or inside {_PACKAGE_DIR}: reinstall spec_decode')
+
+
+def manifest(name: str) -> dict:
+  """An experiment manifest of configs/, e.g. `manifest('paper_table2')`, parsed from JSON."""
+  return json.loads((repository_dir('configs') / f'{name}.json').read_text(encoding='utf-8'))
+
 
 TRANSLATION_PREFIX = 'translate English to German: '
 SUMMARIZATION_PREFIX = 'summarize: '

@@ -2,7 +2,7 @@
 
 Tokens per second of the baseline and of speculative decoding at batch sizes
 1..16 (rows advance independently), their ratio, and the break-even batch
-(`scripts/batch_walltime.py`).
+(`scripts/studies/batch_walltime.py`).
 """
 
 import dataclasses

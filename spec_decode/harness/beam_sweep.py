@@ -1,4 +1,4 @@
-"""Speculative beam search against plain beam search on one pair (`scripts/beam.py`).
+"""Speculative beam search against plain beam search on one pair (`scripts/studies/beam.py`).
 
 Every input is decoded alone (batch 1) by plain beam search and by the
 speculative version at each (gamma, draft_width), interleaved input by input

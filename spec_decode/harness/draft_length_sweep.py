@@ -6,7 +6,7 @@ drafts, a row stops after a token its draft gave probability below the
 threshold: `spec_decode.drafting`), its verify call over all gamma_max + 1
 positions or over the smallest of `verify_lengths` that holds the drafts,
 interleaved (`walltime.time_decoding`)
-(`scripts/draft_length.py`). Speedup = seconds per generated token of the
+(`scripts/studies/draft_length.py`). Speedup = seconds per generated token of the
 baseline over speculative decoding's.
 """
 

@@ -1,7 +1,7 @@
 """Token against block verification (Sun et al. 2025) on one draft, each gamma.
 
 Two measurements per temperature and gamma, both verifications alike
-(`scripts/verification.py`):
+(`scripts/studies/verification.py`):
 
 - Tokens per target call, untimed: every input decoded `seeds` times in
   batches (each row its own key), generated tokens over the target calls the

@@ -290,8 +290,8 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
                     + times.draft_s * max(draft_calls - iterations, 0)) / iterations
   verify_ms = 1e3 * float(times.verify_s[gamma])
   token_ms = 1e3 * baseline.total_s / int(np.sum(baseline.iterations))
-  # The baseline loop is a target step and little else (scripts/loop_overhead.py): its
-  # iteration over the separately timed step is how much slower the machine ran here.
+  # The baseline loop is a target step and little else: its iteration over the separately
+  # timed step is how much slower the machine ran here.
   baseline_iteration_ms = (1e3 * (baseline.total_s - n * baseline_fixed_s)
                            / int(np.sum(baseline.iterations)))
   slowdown = baseline_iteration_ms / (1e3 * times.target_s)

@@ -1,7 +1,7 @@
 r"""Prints what scoring only the N most frequent tokens buys a draft: c, alpha and speed.
 
-  python scripts/pruned_head.py                          # draft_small, N = 2048, 3072, 4096
-  python scripts/pruned_head.py --sizes 3072 --n 50 --temperatures 0
+  python scripts/studies/pruned_head.py                          # draft_small, N = 2048, 3072, 4096
+  python scripts/studies/pruned_head.py --sizes 3072 --n 50 --temperatures 0
 
 A draft step multiplies its features by the whole output layer, [E, V]; for
 draft_small (E = 128, V = 8192) that is 4.2 of the 6.6 MB a step reads.

@@ -1,7 +1,7 @@
 r"""Trains a draft with each distillation recipe on one budget and measures its alpha.
 
-  python scripts/distill_ablation.py --draft draft_small --steps 200 \
-      --distill_dir out/distill --out_dir docs/results/cpu_2cores/distill_ablation_small
+  python scripts/studies/distill_ablation.py --draft draft_small --steps 200 \
+      --distill_dir out/distill --out_dir out/distill_ablation_small
 
 Rows (spec_decode.harness.distill_ablation): the bundled draft; sequence KD
 on the target's greedy outputs (--distill_dir, written by scripts/distill.py;

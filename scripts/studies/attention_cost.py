@@ -1,7 +1,7 @@
 r"""Prints how much of the target's verify cost r(K) is attention over the cache.
 
-  python scripts/attention_cost.py                     # the bundled target, K = 1 .. 5
-  python scripts/attention_cost.py --config small      # a T5 1.1 size, random weights
+  python scripts/studies/attention_cost.py                     # the bundled target, K = 1 .. 5
+  python scripts/studies/attention_cost.py --config small      # a T5 1.1 size, random weights
 
 A verify call over K positions runs every matmul of a decoder step with K rows
 and attends from K queries over the cache. This times the target's call over

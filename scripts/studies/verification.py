@@ -1,6 +1,6 @@
 r"""Token against block verification on the bundled demo pair, at each gamma.
 
-  python scripts/verification.py --draft draft_small --gammas 1 2 3 4 5 6 7 8 \
+  python scripts/studies/verification.py --draft draft_small --gammas 1 2 3 4 5 6 7 8 \
       --out_dir out/verification
 
 Tokens per target call with standard errors (every input decoded --seeds

@@ -1,7 +1,7 @@
 r"""Counts greedy speculative outputs that differ from the greedy baseline's, per precision.
 
-  python scripts/greedy_identity.py                 # 200 Multi30k inputs, gamma 4 and 7
-  python scripts/greedy_identity.py --n 50 --gammas 3
+  python scripts/studies/greedy_identity.py                 # 200 Multi30k inputs, gamma 4 and 7
+  python scripts/studies/greedy_identity.py --n 50 --gammas 3
 
 Greedy speculative decoding emits the target's argmax at every position, so
 its output equals the baseline's token for token when both compute the same

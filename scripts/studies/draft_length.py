@@ -1,6 +1,6 @@
 r"""Fixed gamma against adaptive draft length on the bundled demo pair.
 
-  python scripts/draft_length.py --draft draft_small --gammas 1 2 3 4 5 6 7 8 \
+  python scripts/studies/draft_length.py --draft draft_small --gammas 1 2 3 4 5 6 7 8 \
       --gamma_max 8 --thresholds 0.2 0.4 0.6 --out_dir out/draft_length
 
 Every input decoded alone (batch 1) by the baseline, at each fixed gamma, and

@@ -1,6 +1,6 @@
 r"""Speculative decoding in batches on the bundled demo pair: where it stops paying.
 
-  python scripts/batch_walltime.py --draft draft_small --batch_sizes 1 2 4 8 16 \
+  python scripts/studies/batch_walltime.py --draft draft_small --batch_sizes 1 2 4 8 16 \
       --temperatures 0 1 --n 32 --out_dir out/batch_walltime
 
 The first --n Multi30k test sentences decoded in consecutive batches of each

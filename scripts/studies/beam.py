@@ -1,6 +1,6 @@
 r"""Speculative beam search against T5X-style beam search on the bundled demo pair.
 
-  python scripts/beam.py --draft draft_small --n 200 --out_dir out/beam
+  python scripts/studies/beam.py --draft draft_small --n 200 --out_dir out/beam
 
 Identity of the beams, target calls per output token and per beam step, and
 the walltime ratio at batch 1 for each (gamma, draft_width) in --configs, all

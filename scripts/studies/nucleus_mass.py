@@ -1,7 +1,7 @@
 r"""Prints how often a top-p nucleus reaches beyond the k largest entries: where top-k caps work.
 
-  python scripts/nucleus_mass.py                   # bundled models, T = 1, top_p 0.9
-  python scripts/nucleus_mass.py --top_p 0.95 --temperature 0.7 --n 200
+  python scripts/studies/nucleus_mass.py                   # bundled models, T = 1, top_p 0.9
+  python scripts/studies/nucleus_mass.py --top_p 0.95 --temperature 0.7 --n 200
 
 `sampling.adjust` finds the top-p threshold among the `sampling._TOP_P_CAP` largest
 probabilities (`lax.top_k`) when they hold at least top_p, and otherwise by a

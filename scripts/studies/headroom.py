@@ -1,7 +1,7 @@
 r"""Prints what a draft would need for a speedup, from walltime reports' measured costs.
 
-  python scripts/headroom.py out/demo_walltime                      # 1.45X
-  python scripts/headroom.py docs/results/DIR/demo_*/ --speedup 1.3 --gammas 2 3 4 5
+  python scripts/studies/headroom.py out/demo_walltime                      # 1.45X
+  python scripts/studies/headroom.py docs/results/demo-walltime/*/ --speedup 1.3 --gammas 2 3 4 5
 
 For each decoded row of each report (results.json of `python -m spec_decode.demo`
 or `scripts/walltime.py`): the measured speedup, tokens per call and loop

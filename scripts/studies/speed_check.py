@@ -1,7 +1,7 @@
 r"""Prints what the decoding loops cost on the bundled pair: fixed, per iteration, per knob.
 
-  python scripts/speed_check.py                    # draft_small (4,096 ids), gamma 3, 12 inputs
-  python scripts/speed_check.py --t5x_path /path/with/t5x   # also T5X's sampling loop
+  python scripts/studies/speed_check.py                    # draft_small (4,096 ids), gamma 3, 12 inputs
+  python scripts/studies/speed_check.py --t5x_path /path/with/t5x   # also T5X's sampling loop
 
 One interleaved run, batch 1, Multi30k test inputs decoded to exactly L tokens
 (no EOS) for two L, so that the line seconds = fixed + iterations * per_iteration

@@ -1,6 +1,6 @@
 r"""Measures what the non-finite logits check costs: walltime with it over without.
 
-  python scripts/check_finite_cost.py      # bundled pair, 64 Multi30k inputs, batches of 8
+  python scripts/studies/check_finite_cost.py      # bundled pair, 64 Multi30k inputs, batches of 8
 
 One interleaved run, as scripts/decode.py decodes (batches, EOS ends rows):
 for the baseline and for speculative decoding (the bundled target and

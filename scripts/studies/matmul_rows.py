@@ -1,7 +1,7 @@
 r"""Prints r(K) of a bare matmul: what K rows cost against one, weights in DRAM or in cache.
 
-  python scripts/matmul_rows.py                          # the demo target's width, 8k outputs
-  XLA_FLAGS=--xla_cpu_use_xnnpack=false python scripts/matmul_rows.py   # another backend
+  python scripts/studies/matmul_rows.py                          # the demo target's width, 8k outputs
+  XLA_FLAGS=--xla_cpu_use_xnnpack=false python scripts/studies/matmul_rows.py   # another backend
 
 A verify call over K positions multiplies [K, d] activations by every weight
 matrix that a single step multiplies one row by. Reading the weights bounds
