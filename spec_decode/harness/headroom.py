@@ -19,7 +19,7 @@ At the decoded gamma, loop_ms' = loop_ms. At another gamma the loop is scaled
 by whole iterations timed, i(gamma) / i(decoded), where the timing holds both,
 else by the summed parts, c_first + (gamma - 1) c + r(gamma + 1): an
 extrapolation, which on the EPYC under-counts longer drafts (i(6) / i(3) = 1.39
-against 1.30 summed, stop 40).
+against 1.30 summed, measured on a 2-core EPYC).
 
 tau' at a given alpha is the i.i.d. model's over the row's `output_lengths`
 (`theory.expected_calls`: an output ends mid-call), or eq. (1) for rows
