@@ -2,15 +2,27 @@
 
 Kept apart from `spec_decode.tasks`, which registers these as the seqio tasks'
 metric functions: importing seqio and TensorFlow takes seconds, and the
-walltime harness (the demo, the scripts) needs only the two scores.
+walltime harness (the demo, the scripts) needs only the two scores. Both
+libraries come with the `[harness]` extra; `missing()` says which are absent.
 """
 
+import importlib.util
+
 import numpy as np
-import sacrebleu
+
+LIBRARIES = {'bleu': 'sacrebleu', 'rouge': 'rouge_score'}
+
+
+def missing(metric: str) -> str | None:
+  """The library a metric ('bleu', 'rouge') needs, if it is not installed; else None."""
+  library = LIBRARIES[metric]
+  return library if importlib.util.find_spec(library) is None else None
 
 
 def bleu(targets: list[str], predictions: list[str]) -> dict[str, float]:
   """Corpus BLEU from sacrebleu, set up as T5's `metrics.bleu`."""
+  import sacrebleu  # pylint: disable=import-outside-toplevel
+
   score = sacrebleu.corpus_bleu(
       predictions, [targets], smooth_method='exp', tokenize='intl')
   return {'bleu': score.score}

@@ -32,3 +32,12 @@ def test_the_walltime_harness_imports_neither_seqio_nor_tensorflow():
                         timeout=300)
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.strip() == '[]'
+
+
+def test_a_metric_without_its_library_is_left_out_with_a_note(monkeypatch, capsys):
+  from spec_decode.harness import experiments  # pylint: disable=import-outside-toplevel
+  assert metrics.missing('bleu') is None
+  monkeypatch.setitem(metrics.LIBRARIES, 'bleu', 'no_such_bleu_library')
+  assert metrics.missing('bleu') == 'no_such_bleu_library'
+  assert experiments.output_quality('demo_ende', ['Zwei Hunde.'], [[5, 6, 1]]) == {}
+  assert 'no_such_bleu_library is not installed' in capsys.readouterr().err

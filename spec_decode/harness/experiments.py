@@ -10,6 +10,7 @@ records feed `report.write_report`. The draft is a T5Model or any provider of
 """
 
 import dataclasses
+import functools
 import pathlib
 import sys
 from typing import Sequence
@@ -67,7 +68,19 @@ def task_inputs(task: str, split: str, n: int, max_input_len: int
 
 
 def output_quality(task: str, references: list[str], tokens: list[list[int]]) -> dict[str, float]:
-  return METRICS[task](references, [loading.detokenize(t) for t in tokens])
+  """The task's quality metric of decoded tokens; {} where its library is not installed."""
+  metric = METRICS[task]
+  library = metrics.missing(metric.__name__)
+  if library:
+    _note_missing(library)
+    return {}
+  return metric(references, [loading.detokenize(t) for t in tokens])
+
+
+@functools.cache
+def _note_missing(library: str) -> None:
+  print(f'quality metrics left out: {library} is not installed '
+        "(pip install 'spec_decode[harness]')", file=sys.stderr)
 
 
 @dataclasses.dataclass(frozen=True)
