@@ -23,16 +23,18 @@ VOCAB_PATH = DATA_DIR / 'vocab' / 'spm_8k.model'
 def repository_dir(name: str) -> pathlib.Path:
   """A top-level folder of the repository (`gin`, `configs`), wherever spec_decode is installed.
 
-  A checkout (or an editable install) has it beside the package; a wheel carries a copy inside
-  the package (see setup.py).
+  A wheel carries a copy inside the package (see setup.py); a checkout (or an editable install)
+  has it beside the package, next to setup.py.
 
   Raises:
     FileNotFoundError: neither place has the folder.
   """
-  for path in (_PACKAGE_DIR.parent / name, _PACKAGE_DIR / name):
-    if path.is_dir():
-      return path
-  raise FileNotFoundError(f'no {name}/ folder beside or inside {_PACKAGE_DIR}: reinstall spec_decode')
+  packaged, checkout = _PACKAGE_DIR / name, _PACKAGE_DIR.parent / name
+  if packaged.is_dir():
+    return packaged
+  if checkout.is_dir() and (_PACKAGE_DIR.parent / 'setup.py').is_file():
+    return checkout
+  raise FileNotFoundError(f'no {name}/ folder in {_PACKAGE_DIR} or beside it: reinstall spec_decode')
 
 
 def manifest(name: str) -> dict:
