@@ -12,7 +12,7 @@
 #   demo_pair         the bundled demo pair with its real weights (python -m spec_decode.demo):
 #                     alpha, measured and predicted speedup, greedy identity
 #   greedy_identity   the bundled pair's greedy outputs against the baseline's on 200 Multi30k
-#                     inputs at three precisions (scripts/greedy_identity.py)
+#                     inputs at three precisions (scripts/studies/greedy_identity.py)
 #   xxl_small_batch8  as the first stage at batch 8, token verification only
 # --seconds bounds the whole run (default 540): each stage gets at most its own share and what
 # is left, and is skipped when less than half its share is left. Every loop at XXL compiles once.
@@ -53,7 +53,7 @@ if [[ $small == 1 ]]; then
        --max_decode_len 4 --repeats 1 --num_steps 2)
   b1=(--gammas 1 2 --block_gammas 1 --batch_size 1); b8=(--gammas 1 --batch_size 2)
   demo=(-m spec_decode.demo --n 1 --repeats 1)
-  identity=(scripts/greedy_identity.py --n 2 --gammas 2 --batch_size 2 --max_decode_len 8)
+  identity=(scripts/studies/greedy_identity.py --n 2 --gammas 2 --batch_size 2 --max_decode_len 8)
   shares=(60 240 60 60)
 else
   out=${out:-docs/results/${device}_$(date -u +%Y-%m-%d)}
@@ -61,7 +61,7 @@ else
        --max_decode_len 32 --repeats 3 --num_steps 16)
   b1=(--gammas 3 5 7 --block_gammas 5 --batch_size 1); b8=(--gammas 3 5 7 --batch_size 8)
   demo=(-m spec_decode.demo)
-  identity=(scripts/greedy_identity.py --n 200)
+  identity=(scripts/studies/greedy_identity.py --n 200)
   shares=(300 150 90 240)
 fi
 mkdir -p "$out"

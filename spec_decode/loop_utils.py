@@ -78,6 +78,6 @@ def nonfinite_rows(logits: jax.Array) -> jax.Array:
 
   x * 0 is 0 for a finite x and NaN otherwise; one float sum per row is a
   vectorized reduction on XLA:CPU, where a boolean `all` over isfinite cost
-  ~10% of a greedy baseline step at batch 8 (scripts/check_finite_cost.py).
+  ~10% of a greedy baseline step at batch 8 (scripts/studies/check_finite_cost.py).
   """
   return jnp.isnan(jnp.sum(logits.reshape(logits.shape[0], -1) * 0.0, axis=-1))

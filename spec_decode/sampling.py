@@ -74,7 +74,7 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # lies among them (always for k <= the cap), and otherwise from an exact
 # bisection over the entries' float32 bit patterns. Both give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
-# grows, the bisection several TopKs; `scripts/nucleus_mass.py` weighs the two
+# grows, the bisection several TopKs; `scripts/studies/nucleus_mass.py` weighs the two
 # for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs, before the
 # two-level TopK and the per-row bisection: 128 beat 64 by 0.05-0.1 ms per
 # gamma-4 speculative iteration; 256 and more lost).

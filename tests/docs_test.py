@@ -61,3 +61,18 @@ def test_the_vocabulary_check_finds_bookkeeping_words():
     assert INTERNAL.search(line), line
   for line in ('T5 1.1 small', 'the M_q draft', 'M_p', 'gamma = 7'):
     assert not INTERNAL.search(line), line
+
+
+SCRIPT = re.compile(r'\bscripts/[\w/]+\.(?:py|sh)\b')
+
+
+def test_named_scripts_exist():
+  missing = [f'{path.relative_to(ROOT)}: {name}' for path in _sources() if path.exists()
+             for name in SCRIPT.findall(path.read_text(encoding='utf-8'))
+             if not (ROOT / name).exists()]
+  assert not missing, '\n'.join(missing)
+
+
+def test_the_script_check_reads_paths():
+  assert SCRIPT.findall('run (scripts/studies/beam.py) or `bash scripts/x.sh --small`') == [
+      'scripts/studies/beam.py', 'scripts/x.sh']
