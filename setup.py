@@ -51,5 +51,5 @@ setuptools.setup(
                   'spec_decode.configs': ['*.json', '*.md']},
     install_requires=CORE,
     extras_require=EXTRAS,
-    entry_points={'console_scripts': ['spec-decode=spec_decode.infer:main']},
+    entry_points={'console_scripts': ['spec-decode=spec_decode.cli.infer:main']},
 )

@@ -1,4 +1,4 @@
-r"""Decodes text with a T5 model, sped up by a draft: see spec_decode/infer.py.
+r"""Decodes text with a T5 model, sped up by a draft: see spec_decode/cli/infer.py.
 
   python scripts/decode.py --gin_file=runs/t5_1_1_xxl_small.gin \
       --gin.INPUT_FILE="'inputs.txt'" --gin.GAMMA=5 > outputs.jsonl
@@ -6,7 +6,7 @@ r"""Decodes text with a T5 model, sped up by a draft: see spec_decode/infer.py.
 
 import sys
 
-from spec_decode import infer
+from spec_decode.cli import infer
 
 if __name__ == '__main__':
   sys.exit(infer.main())

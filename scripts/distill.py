@@ -11,14 +11,14 @@ sampled (--temperature); outputs that reach max_decode_len without EOS are
 dropped (and counted), or kept with their ids with --keep_unfinished (for
 white-box distillation only; the seqio task skips them). The
 records go to OUT_DIR/train.jsonl and OUT_DIR/validation.jsonl, which
-gin/runs/distill.gin trains a draft on (spec_decode.distill).
+gin/runs/distill.gin trains a draft on (spec_decode.training.distill).
 """
 
 import argparse
 import sys
 
-from spec_decode import distill
 from spec_decode.harness import loading
+from spec_decode.training import distill
 
 
 def parse_spec(spec: str) -> tuple[str, str, int | None]:

@@ -16,11 +16,11 @@ import pathlib
 
 import jax
 
+from spec_decode import acceptance
 from spec_decode import data
-from spec_decode import sampling as sampling_lib
-from spec_decode.harness import acceptance
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
+from spec_decode import sampling as sampling_lib
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 import sys
 
-from spec_decode import train
+from spec_decode.training import train
 
 if __name__ == '__main__':
   sys.exit(train.export_main())

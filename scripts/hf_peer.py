@@ -26,11 +26,11 @@ import numpy as np
 
 from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 
 
 def _hf_model(model: models.T5Model, directory: pathlib.Path):

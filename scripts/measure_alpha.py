@@ -6,7 +6,7 @@ r"""Measures alpha = E[beta] of drafts against a target (the paper's Table 3).
 
 The target decodes the task's first N inputs (greedy at T = 0, sampled
 otherwise); one teacher-forced pass of each model over its outputs gives beta
-at every position (spec_decode.harness.acceptance). Unigram/bigram table drafts are
+at every position (spec_decode.acceptance). Unigram/bigram table drafts are
 estimated from the task's training targets. Writes report.md, table3_alpha.csv
 and results.json to --out_dir.
 """
@@ -18,12 +18,12 @@ import sys
 import jax
 import tqdm
 
+from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import drafts as drafts_lib
-from spec_decode import sampling as sampling_lib
-from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode import sampling as sampling_lib
 
 TABLE_ORDERS = {'unigram': 1, 'bigram': 2}
 

@@ -5,7 +5,7 @@ exported checkpoint of step S) is NAME=WORKDIR,WORKDIR2@S: the first stage
 is cut at step S and the second's steps are drawn from S on, with a dotted
 line at S.
 
-White-box distillation logs (spec_decode.whitebox) plot with
+White-box distillation logs (spec_decode.training.whitebox) plot with
 --train_key beta --eval_key eval_alpha --ylabel alpha: the running beta of the
 training batches and alpha measured on validation inputs.
 """

@@ -2,8 +2,8 @@
 
 import sys
 
-from spec_decode import tasks  # registers the seqio tasks
-from spec_decode import train
+from spec_decode.training import tasks  # registers the seqio tasks
+from spec_decode.training import train
 
 del tasks
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from spec_decode import whitebox
+from spec_decode.training import whitebox
 
 if __name__ == '__main__':
   sys.exit(whitebox.main())

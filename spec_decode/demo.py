@@ -1,6 +1,6 @@
 """The bundled demo pair, and the README's main command.
 
-Three T5 1.1 models trained on the bundled data (spec_decode/train.py,
+Three T5 1.1 models trained on the bundled data (spec_decode/training/train.py,
 gin/runs/train.gin; see spec_decode/data/models/README.md) and committed as
 bfloat16 T5X checkpoints under spec_decode/data/models/:
 
@@ -30,14 +30,11 @@ is most of what a draft step reads: see scripts/studies/pruned_head.py).
 import argparse
 import sys
 
-import jax
-
-from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
+from spec_decode import models
 from spec_decode.t5.config import T5Config, t5_1_1
 
 MODELS_DIR = data.DATA_DIR / 'models'
@@ -55,9 +52,7 @@ def config(name: str, dtype: str = 'float32') -> T5Config:
 
 def load(name: str, dtype: str = 'float32') -> models.T5Model:
   """One bundled model ('target', 'draft_large' or 'draft_small')."""
-  model_config = config(name, dtype)
-  params = checkpoints.load_params(str(MODELS_DIR / name), model_config)
-  return models.T5Model(model_config, jax.device_put(params))
+  return models.T5Model.load(str(MODELS_DIR / name), config(name, dtype))
 
 
 def check_head_size(head_size: int) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from spec_decode import beam_search
 from spec_decode import cache as cache_lib
+from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode import drafting
 from spec_decode import drafts
@@ -58,6 +59,23 @@ class T5Model:
   def random(cls, config: T5Config, rng: jax.Array) -> 'T5Model':
     """Freshly initialised parameters (T5X's initialisers)."""
     return cls(config, _init_params(config, rng))
+
+  @classmethod
+  def load(cls, path: str, config: T5Config, dtype=None) -> 'T5Model':
+    """A checkpoint's parameters on the default device.
+
+    Args:
+      path: a T5X (msgpack + zarr), T5X-orbax or Hugging Face (safetensors)
+        checkpoint; `spec_decode.checkpoints.load_params` tells them apart.
+      config: the T5Config the parameters must fit (e.g. `t5_1_1('small')`).
+      dtype: the parameters' dtype; default config.param_dtype.
+
+    Raises:
+      FileNotFoundError: no checkpoint at `path`.
+      ValueError: arrays missing, unexpected or of the wrong shape for
+        `config`; the message names each.
+    """
+    return cls(config, jax.device_put(checkpoints.load_params(path, config, dtype)))
 
   def start(self, encoder_input_tokens: jax.Array,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:

@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode import models
 from spec_decode.harness import step_costs
+from spec_decode import models
 from spec_decode.t5 import layers
 from spec_decode.t5 import t5_1_1
 from tests import script_runner

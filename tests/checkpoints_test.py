@@ -21,6 +21,7 @@ import tensorstore as ts
 from flax import traverse_util
 
 from spec_decode import checkpoints
+from spec_decode import models
 from spec_decode.t5 import config as config_lib
 from spec_decode.t5 import network
 from tests import tolerances
@@ -401,3 +402,17 @@ def test_hf_config_json(params, tmp_path, changes, message):
   else:
     with pytest.raises(ValueError, match=f'config.json describes another model: {message}'):
       checkpoints.load_params(directory, CONFIG)
+
+
+def test_t5model_load_reads_each_format_onto_the_device(params, tmp_path):
+  directory = str(tmp_path / 'checkpoint_1')
+  checkpoints.write_t5x(directory, params)
+  model = models.T5Model.load(directory, CONFIG, dtype='bfloat16')
+  assert model.config == CONFIG
+  loaded = _flat(model.params)
+  assert all(isinstance(x, jax.Array) and x.dtype == jnp.bfloat16 for x in loaded.values())
+  np.testing.assert_array_equal(np.asarray(loaded[WO], np.float32),
+                                np.asarray(jnp.asarray(_flat(params)[WO], jnp.bfloat16),
+                                           np.float32))
+  with pytest.raises(ValueError, match='vocab'):
+    models.T5Model.load(directory, config_lib.t5_1_1('tiny', vocab_size=101))

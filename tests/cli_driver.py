@@ -25,7 +25,7 @@ import threading
 
 import gin
 
-from spec_decode import infer
+from spec_decode.cli import infer
 
 
 def _signal_when(signum: int, path: str, records: int) -> threading.Event:

@@ -4,11 +4,11 @@ import jax
 import numpy as np
 import pytest
 
+from spec_decode.harness import loop_costs
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import theory
-from spec_decode.harness import loop_costs
 from spec_decode.t5 import t5_1_1
+from spec_decode import theory
 
 VOCAB = 64
 GREEDY = sampling_lib.SamplingParams.create(0.0)

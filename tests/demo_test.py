@@ -5,11 +5,11 @@ import jax
 import numpy as np
 import pytest
 
+from spec_decode.cli import gin_utils
 from spec_decode import data
 from spec_decode import demo
-from spec_decode import gin_utils
-from spec_decode import models
 from spec_decode.harness import loading
+from spec_decode import models
 from spec_decode.t5 import T5Config
 
 

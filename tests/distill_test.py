@@ -1,4 +1,4 @@
-"""Tests for spec_decode.distill, tasks.distilled_task and gin/runs/distill.gin."""
+"""Tests for spec_decode.training.distill, tasks.distilled_task and gin/runs/distill.gin."""
 
 import json
 
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import seqio
 
+from spec_decode import acceptance
 from spec_decode import data
-from spec_decode import distill
-from spec_decode import tasks
-from spec_decode import train
-from spec_decode.harness import acceptance
-from spec_decode.harness import loading
+from spec_decode import text
+from spec_decode.training import distill
+from spec_decode.training import tasks
+from spec_decode.training import train
 
 RECORDS = [
     {'inputs': 'translate English to German: A dog runs.', 'targets': 'Ein Hund rennt.',
@@ -39,14 +39,14 @@ def test_select_examples_is_a_seeded_subset_in_file_order():
 
 def _three_outputs(monkeypatch):
   """Stubs decoding with outputs 'Hallo Welt', one cut without EOS, and an empty one."""
-  hello = loading.tokenizer().encode('Hallo Welt')
+  hello = distill.vocabulary().encode('Hallo Welt')
   outputs = np.zeros((3, 8), np.int32)
-  outputs[0, :len(hello) + 1] = hello + [loading.EOS_ID]
+  outputs[0, :len(hello) + 1] = hello + [text.EOS_ID]
   outputs[1, :] = 7  # ran out of length without EOS
-  outputs[2, 0] = loading.EOS_ID  # an empty output is still a finished one
+  outputs[2, 0] = text.EOS_ID  # an empty output is still a finished one
   lengths = np.array([len(hello) + 1, 8, 1])
   # Decoded shortest input first, returned in the examples' order.
-  monkeypatch.setattr(loading, 'encode_texts', lambda texts, _: texts)
+  monkeypatch.setattr(distill.vocabulary(), 'encode_batch', lambda texts, _: texts)
   decoded = []
 
   def generate_sequences(target, texts, **kwargs):
@@ -71,9 +71,9 @@ def test_distill_keeps_unfinished_outputs_with_their_ids_on_request(monkeypatch)
   kept, unfinished = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
                                               keep_unfinished=True, progress=False)
   assert unfinished == 1
+  cut = distill.vocabulary().decode([7] * 8)
   assert kept == [dict(inputs='xx', targets='Hallo Welt', source='s'),
-                  dict(inputs='xxx', targets=loading.detokenize([7] * 8), target_ids=[7] * 8,
-                       finished=False, source='s'),
+                  dict(inputs='xxx', targets=cut, target_ids=[7] * 8, finished=False, source='s'),
                   dict(inputs='x', targets='', source='s')]
 
 
@@ -82,7 +82,7 @@ def test_distill_samples_at_the_given_temperature_and_seed(monkeypatch):
 
   def generate_sequences(target, texts, *, sampling, rng, **kwargs):
     calls.append((float(sampling.temperature), jax.random.key_data(rng).tolist()))
-    return np.array([[loading.EOS_ID]]), np.array([1])
+    return np.array([[text.EOS_ID]]), np.array([1])
 
   monkeypatch.setattr(acceptance, 'generate_sequences', generate_sequences)
   example = [dict(inputs='x', targets='reference')]

@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spec_decode import acceptance
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import drafts
 from spec_decode import models
 from spec_decode import sampling
-from spec_decode.harness import acceptance
 from spec_decode.t5 import t5_1_1
 from tests import stubs
 from tests import tolerances

@@ -6,11 +6,9 @@ import jax
 import numpy as np
 import pytest
 
+from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import drafts
-from spec_decode import models
-from spec_decode import theory
-from spec_decode.harness import acceptance
 from spec_decode.harness import batch_sweep
 from spec_decode.harness import beam_sweep
 from spec_decode.harness import draft_length_sweep
@@ -21,7 +19,9 @@ from spec_decode.harness import report
 from spec_decode.harness import step_costs
 from spec_decode.harness import verification_sweep
 from spec_decode.harness import walltime
+from spec_decode import models
 from spec_decode.t5 import t5_1_1
+from spec_decode import theory
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'

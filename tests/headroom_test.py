@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from spec_decode import theory
 from spec_decode.harness import headroom
+from spec_decode import theory
 from tests import script_runner
 
 # Speculative: 4.0 ms per iteration (1.0 of it the fixed cost) and 2.5 tokens per call,

@@ -1,4 +1,4 @@
-"""End-to-end tests of scripts/decode.py (spec_decode.infer) on tiny random T5 checkpoints.
+"""End-to-end tests of scripts/decode.py (spec_decode.cli.infer) on tiny random T5 checkpoints.
 
 Each command-line run is a subprocess (8-9 s each in a full suite run: imports,
 loading, compiling).
@@ -14,8 +14,8 @@ import pytest
 import sentencepiece
 
 from spec_decode import checkpoints
+from spec_decode.cli import infer
 from spec_decode import data
-from spec_decode import infer
 from spec_decode import models
 from spec_decode.t5 import t5_1_1
 from tests import tolerances

@@ -10,16 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spec_decode import acceptance
 from spec_decode import drafts
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
-from spec_decode import theory
-from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
 from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 from spec_decode.t5 import t5_1_1
+from spec_decode import theory
 
 VOCAB, ENCODER_LEN, MAX_DECODE_LEN = 64, 8, 16
 GREEDY = sampling_lib.SamplingParams.create(0.0)

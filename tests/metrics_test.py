@@ -1,11 +1,11 @@
-"""Tests for spec_decode.metrics: BLEU and ROUGE as T5 scores them, without seqio."""
+"""Tests for spec_decode.training.metrics: BLEU and ROUGE as T5 scores them, without seqio."""
 
 import subprocess
 import sys
 
 import pytest
 
-from spec_decode import metrics
+from spec_decode.training import metrics
 
 
 def test_metrics():

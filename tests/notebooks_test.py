@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
 from spec_decode.harness import figures
 from spec_decode.harness import trace
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 from spec_decode.t5 import t5_1_1
 
 nbformat = pytest.importorskip('nbformat')

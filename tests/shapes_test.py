@@ -10,9 +10,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from spec_decode import theory
 from spec_decode.harness import shapes
 from spec_decode.harness import shapes_report
+from spec_decode import theory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What the accelerator image lacks (and what the check must not need): the script must run

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spec_decode import checkpoints
-from spec_decode import infer
+from spec_decode.cli import infer
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from spec_decode import checkpoints
-from spec_decode import gin_utils
-from spec_decode import infer
+from spec_decode.cli import gin_utils
+from spec_decode.cli import infer
 from spec_decode import models
 from spec_decode import sharding
 from spec_decode.t5 import t5_1_1

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_decode.t5 import layers, network
 from spec_decode.t5.config import T5Config
+from spec_decode.t5 import layers, network
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')

@@ -1,4 +1,4 @@
-"""Tests for spec_decode.tasks and the bundled data and vocabulary."""
+"""Tests for spec_decode.training.tasks and the bundled data and vocabulary."""
 
 import gzip
 import importlib
@@ -10,7 +10,7 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from spec_decode import data
-from spec_decode import tasks
+from spec_decode.training import tasks
 
 # Split sizes stated in each corpus's PROVENANCE.md.
 PROVENANCE_COUNTS = {

@@ -1,4 +1,4 @@
-"""Tests for spec_decode.train: bucketing, learning, resuming, starting from a checkpoint."""
+"""Tests for training.train: bucketing, learning, resuming, starting from a checkpoint."""
 
 import dataclasses
 import json
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from spec_decode import checkpoints
-from spec_decode import tasks  # registers the demo tasks
-from spec_decode import train
-from spec_decode.gin_utils import ConfigError
-from spec_decode.t5.network import Transformer
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import t5_1_1
+from spec_decode.t5.network import Transformer
+from spec_decode.training import tasks  # registers the demo tasks
+from spec_decode.training import train
 
 del tasks
 

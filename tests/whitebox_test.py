@@ -1,4 +1,4 @@
-"""Tests for spec_decode.whitebox: the divergences, the data mix, a tiny run and its resumption."""
+"""Tests for training.whitebox: the divergences, the data mix, a tiny run and resuming it."""
 
 import dataclasses
 import itertools
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from spec_decode import checkpoints
-from spec_decode import distill
-from spec_decode import gin_utils
-from spec_decode import models
-from spec_decode import whitebox
-from spec_decode.gin_utils import ConfigError
+from spec_decode.cli import gin_utils
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.harness import loading
+from spec_decode import models
 from spec_decode.t5.config import t5_1_1
+from spec_decode.training import distill
+from spec_decode.training import whitebox
 
 LN2 = np.log(2.0)
 # Two positions of hand-made distributions over 4 tokens, and a third one that

@@ -24,10 +24,10 @@ import numpy as np
 
 from spec_decode import decoding
 from spec_decode import demo
-from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import step_costs
+from spec_decode import models
 from spec_decode.t5 import layers
 
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from spec_decode import data
 from spec_decode import demo
+from spec_decode.harness import loading
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode.harness import loading
 
 
 def main() -> None:

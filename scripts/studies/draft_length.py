@@ -16,9 +16,9 @@ import argparse
 import sys
 
 from spec_decode import demo
-from spec_decode import speculative
 from spec_decode.harness import draft_length_sweep
 from spec_decode.harness import experiments
+from spec_decode import speculative
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ import tqdm
 from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import demo
-from spec_decode import models
 from spec_decode.harness import loading
+from spec_decode import models
 
 # name: (param_dtype, dtype)
 PRECISIONS = {'float32': ('float32', 'float32'),

@@ -27,12 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import demo
-from spec_decode import sampling
-from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import step_costs
+from spec_decode import sampling
 
 
 def positions_beyond(model, examples, *, temperature: float, top_p: float, caps: list[int],

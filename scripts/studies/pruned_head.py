@@ -24,15 +24,15 @@ import argparse
 import jax
 import numpy as np
 
+from spec_decode import acceptance
 from spec_decode import demo
 from spec_decode import drafts
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
-from spec_decode.harness import acceptance
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 
 TASK, SPLIT = 'demo_ende', 'test_multi30k'
 

@@ -33,12 +33,12 @@ import jax
 from spec_decode import data
 from spec_decode import decoding
 from spec_decode import demo
-from spec_decode import sampling as sampling_lib
-from spec_decode import theory
 from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
 from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
 
 KNOBS = {'T=0': dict(temperature=0.0), 'T=1': dict(temperature=1.0),
          'T=1 top_k=40': dict(temperature=1.0, top_k=40),

@@ -18,13 +18,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 
 
 BATCH_COLUMNS: tuple[report.Column, ...] = (

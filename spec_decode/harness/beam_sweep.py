@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from spec_decode import models
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import report_plots
 from spec_decode.harness import step_costs
+from spec_decode import models
 
 
 @dataclasses.dataclass(frozen=True)

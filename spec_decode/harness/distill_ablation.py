@@ -8,7 +8,7 @@ model) at T = 0 and T = 1 on Multi30k and on Debian summarization:
   bundled          the starting draft itself (no training)
   sequence KD      hard labels: cross entropy on the target's greedy outputs
                    (scripts/distill.py records, `gin/runs/distill.gin`)
-  tvd/fkl/rkl/jsd  white-box (`spec_decode.whitebox`): the divergence at T = 1
+  tvd/fkl/rkl/jsd  white-box (`spec_decode.training.whitebox`): the divergence at T = 1
                    on half references, half on-policy draft samples
   tvd, no on-policy  the references alone
 
@@ -26,15 +26,15 @@ from typing import Any
 import jax
 import numpy as np
 
+from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import demo
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
-from spec_decode import whitebox
-from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import report_plots
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode.training import whitebox
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / 'scripts'
 # (task, split, first n inputs): where alpha is measured.

@@ -18,14 +18,14 @@ import jax
 import numpy as np
 
 from spec_decode import drafting
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import report_plots
 from spec_decode.harness import verification_sweep
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,17 +18,17 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import drafts
-from spec_decode import metrics
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
-from spec_decode import theory
-from spec_decode.harness import acceptance
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
+from spec_decode.training import metrics
 
 
 METRICS = {'demo_ende': metrics.bleu, 'demo_multi30k': metrics.bleu,

@@ -11,13 +11,13 @@ from typing import Sequence
 
 import jax
 
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
-from spec_decode import theory
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import walltime
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
 
 
 LENIENCE_CAVEAT = (

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import sentencepiece as spm
 
+from spec_decode import acceptance
 from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import decoding
@@ -151,7 +152,7 @@ def target_token_stream(task: str, split: str = 'train', *, limit: int | None = 
   return stream
 
 
-Draft = models.T5Model | drafts.DraftProvider
+Draft = acceptance.Draft
 
 
 def pruned_head(draft: models.T5Model, task: str, size: int) -> models.PrunedHeadDraft:

@@ -37,10 +37,10 @@ import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
+from spec_decode.harness import step_costs
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
-from spec_decode.harness import step_costs
 
 
 def loop_work_time(*, gamma: int, temperature: float, top_k: int = 0, top_p: float = 1.0,

@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from spec_decode import theory
 from spec_decode.harness import report_plots
+from spec_decode import theory
 
 
 Row = dict[str, Any]

@@ -37,13 +37,13 @@ import numpy as np
 
 from spec_decode import data
 from spec_decode import decoding
-from spec_decode import models
-from spec_decode import sharding
-from spec_decode import theory
 from spec_decode.harness import loading
 from spec_decode.harness import progress as progress_lib
 from spec_decode.harness import step_costs
+from spec_decode import models
+from spec_decode import sharding
 from spec_decode.t5.config import T5Config
+from spec_decode import theory
 
 NO_EOS = -1  # an eos_id no token equals
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)

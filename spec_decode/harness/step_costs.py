@@ -25,10 +25,10 @@ import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
 from spec_decode.harness import loading
 from spec_decode.harness import progress as progress_lib
+from spec_decode import models
+from spec_decode import sampling as sampling_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,10 +19,10 @@ import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
+from spec_decode.harness import figures
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
-from spec_decode.harness import figures
 
 
 @dataclasses.dataclass(frozen=True)

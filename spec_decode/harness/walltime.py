@@ -17,11 +17,11 @@ import numpy as np
 import tqdm
 
 from spec_decode import decoding
+from spec_decode.harness import loading
+from spec_decode.harness import step_costs
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
-from spec_decode.harness import loading
-from spec_decode.harness import step_costs
 
 
 DecodeFn = Callable[[jax.Array, jax.Array], decoding.DecodeOutput]

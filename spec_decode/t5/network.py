@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
-from spec_decode.t5 import layers
 from spec_decode.t5.config import T5Config
+from spec_decode.t5 import layers
 
 
 @flax.struct.dataclass

@@ -10,18 +10,19 @@ target's whole distribution instead, which alpha at temperature 1 rewards.
 `distill_examples` decodes text inputs with the target and keeps the outputs
 that end with EOS (an output cut at max_decode_len would teach hard labels to
 stop where the target does not). `write_split` / `read_split` store them as
-JSON lines {"inputs", "targets", "source"}; `spec_decode.tasks.distilled_task`
-serves a folder of such splits as a seqio task to `spec_decode.train`.
+JSON lines {"inputs", "targets", "source"}; `spec_decode.training.tasks.distilled_task`
+serves a folder of such splits as a seqio task to `spec_decode.training.train`.
 With keep_unfinished the outputs cut at max_decode_len are kept too, as
 {..., "target_ids", "finished": false}: white-box distillation learns p on
 their prefixes (the target's repetition loops are where a draft trained on
 finished outputs only disagrees at every position), the seqio task skips them.
 
-White-box distillation (`spec_decode.whitebox`) trains on the target's whole
+White-box distillation (`spec_decode.training.whitebox`) trains on the target's whole
 distributions instead, over a `Mixture` of sequences: the tasks' references,
 such records, and the draft's own samples (on-policy), drawn anew as it trains.
 """
 
+import functools
 import itertools
 import json
 import pathlib
@@ -30,14 +31,25 @@ from typing import Any, Iterator, Sequence
 import jax
 import numpy as np
 
+from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import train as train_lib
-from spec_decode.harness import acceptance
-from spec_decode.harness import loading
+from spec_decode import text as text_lib
+from spec_decode.training import train as train_lib
 
 SPLITS = ('train', 'validation')
+
+
+@functools.cache
+def vocabulary() -> text_lib.Vocabulary:
+  """The bundled SentencePiece vocabulary, which the demo models use."""
+  return text_lib.Vocabulary(data.VOCAB_PATH)
+
+
+def encode(text: str, max_len: int) -> list[int]:
+  """Text -> ids ending with EOS, cut to max_len tokens (EOS kept), as seqio's tasks."""
+  return vocabulary().encode(text)[:max_len - 1] + [text_lib.EOS_ID]
 
 
 def select_examples(task: str, split: str, n: int | None, seed: int = 0) -> list[dict[str, str]]:
@@ -86,7 +98,7 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   """
   # Batches of similar input length finish decoding at similar steps.
   order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
-  inputs = loading.encode_texts([examples[i]['inputs'] for i in order], max_input_len)
+  inputs = vocabulary().encode_batch([examples[i]['inputs'] for i in order], max_input_len)
   sorted_tokens, sorted_lengths = acceptance.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(temperature),
       max_decode_len=max_decode_len, rng=jax.random.key(seed), batch_size=batch_size,
@@ -95,8 +107,8 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   tokens[order], lengths[order] = sorted_tokens, sorted_lengths
   records, unfinished = [], 0
   for example, row, length in zip(examples, tokens, lengths):
-    text = loading.detokenize(row[:length])
-    if length and row[length - 1] == loading.EOS_ID:
+    text = vocabulary().decode(row[:length])
+    if length and row[length - 1] == text_lib.EOS_ID:
       records.append(dict(example, targets=text))
       continue
     unfinished += 1
@@ -138,7 +150,7 @@ def read_split(data_dir: str | pathlib.Path, split: str) -> list[dict[str, Any]]
   return records
 
 
-# White-box distillation (spec_decode.whitebox) trains on a mix of sequences:
+# White-box distillation (spec_decode.training.whitebox) trains on a mix of sequences:
 # references, the target's outputs (records above) and the draft's own samples.
 
 ROWS = 64  # rows per decoding or scoring call of on-policy and evaluation samples
@@ -221,11 +233,11 @@ class Mixture:
 
   def _tokenized(self, records: Iterator[dict[str, Any]]) -> Iterator[Example]:
     for record in records:
-      inputs = loading.encode(record['inputs'], self.cfg.input_buckets[-1])
+      inputs = encode(record['inputs'], self.cfg.input_buckets[-1])
       if 'target_ids' in record:  # an unfinished output: its own ids, no EOS
         yield inputs, record['target_ids'][:self.cfg.target_buckets[-1]]
       else:
-        yield inputs, loading.encode(record['targets'], self.cfg.target_buckets[-1])
+        yield inputs, encode(record['targets'], self.cfg.target_buckets[-1])
 
   def refresh(self, draft: models.T5Model, rng: jax.Array) -> dict[str, float]:
     """Makes the pool the draft's samples for the next on_policy_samples inputs.
@@ -233,14 +245,14 @@ class Mixture:
     Returns:
       The samples' mean length and the share that ends with EOS.
     """
-    inputs = [loading.encode(next(self._references)['inputs'], self.cfg.input_buckets[-1])
+    inputs = [encode(next(self._references)['inputs'], self.cfg.input_buckets[-1])
               for _ in range(self.cfg.on_policy_samples)]
     self.pool = _samples(draft, inputs, self.cfg, self.cfg.on_policy_temperature, rng)
     return {'on_policy_length': float(np.mean([len(y) for _, y in self.pool])),
-            'on_policy_eos': float(np.mean([y[-1:] == [loading.EOS_ID] for _, y in self.pool]))}
+            'on_policy_eos': float(np.mean([y[-1:] == [text_lib.EOS_ID] for _, y in self.pool]))}
 
   def batches(self) -> Iterator[dict[str, np.ndarray]]:
-    """The examples in length buckets (`spec_decode.train.bucketed_batches`).
+    """The examples in length buckets (`spec_decode.training.train.bucketed_batches`).
 
     Yields:
       encoder_input_tokens [rows, Li], decoder_input_tokens and

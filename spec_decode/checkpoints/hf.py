@@ -14,7 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode.param_trees import Params, cast, check_params, flatten, unflatten
+from spec_decode.checkpoints.param_trees import Params, cast, check_params, flatten, unflatten
 from spec_decode.t5.config import T5Config
 
 HF_FILE = 'model.safetensors'

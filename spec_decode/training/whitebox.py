@@ -1,7 +1,7 @@
 """White-box draft distillation (DistillSpec, Zhou et al., ICLR 2024).
 
 The bundled drafts learnt the target's outputs as hard labels (sequence-level
-distillation, `spec_decode.distill` + `spec_decode.train`). Here the draft M_q
+distillation, `spec_decode.training.distill` + `spec_decode.training.train`). Here the draft M_q
 learns the target M_p's whole next-token distribution at every position: both
 run teacher-forced on the same decoder inputs in one compiled step, the target
 forward only, and the draft descends a divergence between
@@ -21,7 +21,7 @@ reliable). beta = sum_x min(p, q) over the training positions is a running
 alpha estimate; every `eval_every` steps alpha itself is measured as for
 Table 3 (scripts/measure_alpha.py): on the target's own samples for
 validation inputs, the prefixes speculative sampling meets. Optimizer,
-checkpoints and resumption are `spec_decode.train`'s; the log is
+checkpoints and resumption are `spec_decode.training.train`'s; the log is
 WORKDIR/log.jsonl.
 
   python scripts/whitebox.py --gin_file=runs/whitebox.gin ...  (see the gin file)
@@ -42,18 +42,17 @@ import optax
 import orbax.checkpoint as ocp
 import tqdm
 
+from spec_decode import acceptance
 from spec_decode import checkpoints
+from spec_decode.cli import gin_utils
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import data
-from spec_decode import distill
-from spec_decode import gin_utils
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import train as train_lib
-from spec_decode.gin_utils import ConfigError
-from spec_decode.harness import acceptance
-from spec_decode.harness import loading
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
+from spec_decode.training import distill
+from spec_decode.training import train as train_lib
 
 DIVERGENCES = ('tvd', 'fkl', 'rkl', 'jsd')
 
@@ -142,14 +141,14 @@ class WhiteboxConfig:
       the workdir holds no checkpoint yet; random ones without it.
     num_steps, batch_tokens, input_buckets, target_buckets, optimizer,
     learning_rate, warmup_steps, weight_decay, checkpoint_every, seed: as in
-      `spec_decode.train.TrainConfig` (longer outputs are cut to the last
+      `spec_decode.training.train.TrainConfig` (longer outputs are cut to the last
       target bucket).
     train_seconds: a bound on this call's training time (None: none): the
       first step that ends past it is checkpointed, logged ({step,
       stopped_early, time}) and exported like the last, and training ends
       there (the learning-rate schedule stays num_steps' own).
     compile_buckets: compile the step for every bucket shape at once before
-      training (`spec_decode.train.compile_buckets`): on an accelerator a
+      training (`spec_decode.training.train.compile_buckets`): on an accelerator a
       compile costs hundreds of steps, and the loop would meet the shapes
       one at a time; on a CPU a short run may never meet some of them.
   """
@@ -206,7 +205,7 @@ class WhiteboxConfig:
         raise ConfigError(message)
 
   def train_config(self) -> train_lib.TrainConfig:
-    """The fields `spec_decode.train.optimizer` and `bucketed_batches` read."""
+    """The fields `spec_decode.training.train.optimizer` and `bucketed_batches` read."""
     return train_lib.TrainConfig(
         num_steps=self.num_steps, batch_tokens=self.batch_tokens,
         input_buckets=self.input_buckets, target_buckets=self.target_buckets,
@@ -263,7 +262,7 @@ def evaluation_set(target: models.T5Model,
   texts = [e['inputs'] for (task, _), w in zip(cfg.tasks, weights) for e in
            distill.select_examples(task, 'validation', max(1, round(w * cfg.eval_examples)),
                                    seed=cfg.seed)]
-  inputs = loading.encode_texts(texts, cfg.input_buckets[-1])
+  inputs = distill.vocabulary().encode_batch(texts, cfg.input_buckets[-1])
   tokens, lengths = acceptance.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(cfg.eval_temperature),
       max_decode_len=cfg.max_decode_len, rng=jax.random.key(cfg.seed),

@@ -27,8 +27,8 @@ import seqio
 import tensorflow as tf
 
 from spec_decode import data
-from spec_decode import distill
-from spec_decode import metrics
+from spec_decode.training import distill
+from spec_decode.training import metrics
 
 T5_VOCAB_PATH = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 # demo_mix sees 30% of the summarization examples (a Debian description is ~4x
@@ -106,7 +106,7 @@ def distilled_task(data_dir: str, name: str = 'demo_distilled') -> str:
 
   Args:
     data_dir: holds train.jsonl and validation.jsonl of
-      `spec_decode.distill.write_split`.
+      `spec_decode.training.distill.write_split`.
     name: the task name.
 
   Raises:

@@ -11,9 +11,9 @@ from typing import Any
 
 from etils import epath
 
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import drafting
 from spec_decode import speculative
-from spec_decode.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
 
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).

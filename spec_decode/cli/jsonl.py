@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, TextIO
 
 from etils import epath
 
-from spec_decode.gin_utils import ConfigError
+from spec_decode.cli.gin_utils import ConfigError
 
 EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
 INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is written

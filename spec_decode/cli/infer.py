@@ -43,7 +43,7 @@ Progress and a summary (compile time apart from decode time) go to stderr.
 Every setting, the vocabulary, the inputs and the output path are checked
 before any model is loaded; a bad one is an `error: ...` line naming it and
 exit status 1. Records go to `<OUTPUT_FILE>.incomplete`, renamed to
-OUTPUT_FILE once the last one is written (spec_decode.jsonl): a failed run
+OUTPUT_FILE once the last one is written (spec_decode.cli.jsonl): a failed run
 (exit 1; NaN or infinite logits are a failure with CHECK_FINITE, the default)
 or an interrupted one (SIGINT or SIGTERM: exit 130 or 143) leaves no
 OUTPUT_FILE and says on stderr what the `.incomplete` file holds.
@@ -60,12 +60,12 @@ import tqdm
 
 from spec_decode import beam_search
 from spec_decode import checkpoints
+from spec_decode.cli import gin_utils
+from spec_decode.cli.gin_utils import ConfigError
+from spec_decode.cli import jsonl
+from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
+from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
-from spec_decode import gin_utils
-from spec_decode import infer_settings
-from spec_decode import jsonl
-from spec_decode.gin_utils import ConfigError
-from spec_decode.jsonl import EOS_ID, Example, read_examples
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding

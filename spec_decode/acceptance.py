@@ -20,15 +20,19 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from spec_decode import drafts
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode.harness import loading
+from spec_decode import text
 
 
 ALPHA_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
+# What can stand as M_q: a second T5 model or a provider of `spec_decode.drafts`.
+Draft = models.T5Model | drafts.DraftProvider
 
-def teacher_forced_logits(model: loading.Draft, encoder_input_tokens: jax.Array,
+
+def teacher_forced_logits(model: Draft, encoder_input_tokens: jax.Array,
                           decoder_input_tokens: jax.Array) -> jax.Array:
   """One full-sequence pass: [B, S] inputs, [B, L] decoder inputs -> [B, L, V].
 
@@ -91,7 +95,7 @@ class AlphaStats:
 
 
 @jax.jit
-def betas(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: jax.Array,
+def betas(target: models.T5Model, draft: Draft, encoder_input_tokens: jax.Array,
           tokens: jax.Array, sampling: sampling_lib.SamplingParams,
           draft_sampling: sampling_lib.SamplingParams | None = None) -> jax.Array:
   """beta at every position of given output sequences, one pass per model.
@@ -138,13 +142,13 @@ def generate_sequences(target: models.T5Model, encoder_input_tokens: np.ndarray,
   tokens, lengths = [], []
   for rows in tqdm.tqdm(list(_batches(n, batch_size)), desc='generate', disable=not progress):
     out = models.generate(target, jnp.asarray(encoder_input_tokens[rows]), keys[rows],
-                          max_decode_len=max_decode_len, sampling=sampling, eos_id=loading.EOS_ID)
+                          max_decode_len=max_decode_len, sampling=sampling, eos_id=text.EOS_ID)
     tokens.append(np.asarray(out.tokens))
     lengths.append(np.asarray(out.lengths))
   return np.concatenate(tokens)[:n], np.concatenate(lengths)[:n]
 
 
-def measure_alpha(target: models.T5Model, draft: loading.Draft, encoder_input_tokens: np.ndarray,
+def measure_alpha(target: models.T5Model, draft: Draft, encoder_input_tokens: np.ndarray,
                   tokens: np.ndarray, lengths: np.ndarray, *,
                   sampling: sampling_lib.SamplingParams, batch_size: int = 16,
                   draft_sampling: sampling_lib.SamplingParams | None = None) -> AlphaStats:

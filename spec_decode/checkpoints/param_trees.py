@@ -3,7 +3,7 @@
 Our parameter tree is T5X's minimal T5 (spec_decode.t5.network) as nested dicts
 of arrays; flat names join the keys with '/', e.g. 'encoder/encoder_norm/scale'.
 Every checkpoint reader and writer (`spec_decode.checkpoints`,
-`spec_decode.hf_checkpoints`) goes through these.
+`spec_decode.checkpoints.hf`) goes through these.
 """
 
 import functools

@@ -1,6 +1,6 @@
 """Output quality as T5 scores it: corpus BLEU (translation) and ROUGE (summarization).
 
-Kept apart from `spec_decode.tasks`, which registers these as the seqio tasks'
+Kept apart from `spec_decode.training.tasks`, which registers these as the seqio tasks'
 metric functions: importing seqio and TensorFlow takes seconds, and the
 walltime harness (the demo, the scripts) needs only the two scores. Both
 libraries come with the `[harness]` extra; `missing()` says which are absent.

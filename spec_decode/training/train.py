@@ -34,8 +34,8 @@ import orbax.checkpoint as ocp
 import tqdm
 
 from spec_decode import checkpoints
-from spec_decode import gin_utils
-from spec_decode.gin_utils import ConfigError
+from spec_decode.cli import gin_utils
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
 
@@ -234,7 +234,7 @@ def compile_buckets(step: Callable[[TrainState, Batch], Any], state: TrainState,
 
 def dataset(cfg: TrainConfig, split: str, *, shuffle: bool, seed: int) -> Iterator[Batch]:
   """Bucketed batches of a seqio task/mixture split (repeats when shuffled)."""
-  # Imported here: seqio loads TensorFlow (~7 s), which spec_decode.whitebox,
+  # Imported here: seqio loads TensorFlow (~7 s), which spec_decode.training.whitebox,
   # reading text without seqio, does not need.
   import seqio  # pylint: disable=g-import-not-at-top
   lengths = {'inputs': cfg.input_buckets[-1], 'targets': cfg.target_buckets[-1]}

@@ -16,7 +16,7 @@ Formats:
     serves the committed models, the public T5 1.1 checkpoints and T5X itself.
   T5X's orbax layout (`read_orbax`): `checkpoint_N/state/`, an orbax PyTree with
     `target` (or `_optimizer/target`); any orbax PyTree of our params also reads.
-  Hugging Face (`read_hf`, `write_hf`, `hf_config`, in `spec_decode.hf_checkpoints`
+  Hugging Face (`read_hf`, `write_hf`, `hf_config`, in `spec_decode.checkpoints.hf`
     and here): `model.safetensors` or shards listed by `model.safetensors.index.json`,
     T5ForConditionalGeneration names; local paths only.
 
@@ -38,9 +38,9 @@ import orbax.checkpoint as ocp
 import tensorstore as ts
 
 # hf_config, write_hf and expected_shapes: public here too, every format in one module.
-from spec_decode.hf_checkpoints import (  # noqa: F401
+from spec_decode.checkpoints.hf import (  # noqa: F401
     HF_FILE, HF_INDEX, check_hf_json, hf_config, hf_names, read_hf, write_hf)
-from spec_decode.param_trees import (  # noqa: F401
+from spec_decode.checkpoints.param_trees import (  # noqa: F401
     Params, cast, check_params, expected_shapes, flatten, unflatten)
 from spec_decode.t5.config import T5Config
 
