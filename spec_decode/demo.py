@@ -38,6 +38,7 @@ from spec_decode import models
 from spec_decode.t5.config import T5Config, t5_1_1
 
 MODELS_DIR = data.DATA_DIR / 'models'
+VOCABULARY = str(data.VOCAB_PATH)  # the bundled 8k SentencePiece model the three were trained with
 
 DEMO_VOCAB_SIZE = 8192
 NAMES = ('target', 'draft_large', 'draft_small')
@@ -50,9 +51,24 @@ def config(name: str, dtype: str = 'float32') -> T5Config:
   return t5_1_1(f'demo_{name}', vocab_size=DEMO_VOCAB_SIZE, dtype=dtype, param_dtype=dtype)
 
 
+def checkpoint_dir(name: str) -> str:
+  """The checkpoint directory of a bundled model, wherever the package is installed.
+
+  gin/runs/demo.gin binds the command line's checkpoints to it
+  (`@target/demo.checkpoint_dir()`), so that the demo decodes from any directory.
+  """
+  config(name)  # checks the name
+  return str(MODELS_DIR / name)
+
+
+def vocabulary_file() -> str:
+  """VOCABULARY, for gin files (`@demo.vocabulary_file()`)."""
+  return VOCABULARY
+
+
 def load(name: str, dtype: str = 'float32') -> models.T5Model:
   """One bundled model ('target', 'draft_large' or 'draft_small')."""
-  return models.T5Model.load(str(MODELS_DIR / name), config(name, dtype))
+  return models.T5Model.load(checkpoint_dir(name), config(name, dtype))
 
 
 def check_head_size(head_size: int) -> None:
