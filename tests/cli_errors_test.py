@@ -105,6 +105,47 @@ CASES = {
                         'input line(s) 1, 2: a model returned NaN or infinite logits'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
+    # Beam settings: BEAM_ALPHA in [0, 10] (1e999 is gin's inf), sizes whose rows fit int32.
+    'beam_alpha_inf': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e999'],
+                       'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '
+                       'penalty exponent), got inf'),
+    'beam_alpha_negative': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=-0.5'],
+                            'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10'),
+    'beam_alpha_huge': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e6'],
+                        'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '
+                        'penalty exponent), got 1000000.0'),
+    'beam_size_zero': (["--gin.DECODE='beam'", '--gin.BEAM_SIZE=0'],
+                       'beam_size (BEAM_SIZE in gin) must be an integer in 1..2147483647'),
+    'draft_width_over_vocabulary': (["--gin.DECODE='beam'", '--gin.DRAFT_WIDTH=9000'],
+                                    'draft_width (DRAFT_WIDTH in gin) must be in 1..8192'),
+    'beam_rows_overflow': (["--gin.DECODE='beam'", '--gin.BATCH_SIZE=65536',
+                            '--gin.BEAM_SIZE=65536', '--gin.DRAFT_WIDTH=1'],
+                           'BATCH_SIZE * BEAM_SIZE * DRAFT_WIDTH must be at most 2147483647 '
+                           '(rows are int32), got 65536 * 65536 * 1'),
+    # Integers that would wrap on the device (int32) or in jax.random.key (32 bits).
+    'top_k_beyond_int32': (['--gin.TOP_K=2147483648'],
+                           'top_k (TOP_K in gin) must be an integer in 0..2147483647 (0 disables; '
+                           'int32 on the device), got 2147483648'),
+    'seed_beyond_64_bits': (['--gin.SEED=18446744073709551616'],
+                            'seed (SEED in gin) must be an integer in 0..4294967295'),
+    'seed_beyond_32_bits': (['--gin.SEED=4294967296'],
+                            'seed (SEED in gin) must be an integer in 0..4294967295 (jax keys '
+                            'keep 32 bits of a seed: a larger one repeats a smaller one), got '
+                            '4294967296'),
+    'negative_seed': (['--gin.SEED=-1'], 'seed (SEED in gin) must be an integer in 0..4294967295'),
+    'max_decode_len_beyond_int32': (['--gin.MAX_DECODE_LEN=2147483648'],
+                                    'max_decode_len (MAX_DECODE_LEN in gin) must be an integer in '
+                                    '1..2147483647 (int32 on the device), got 2147483648'),
+    'batch_size_zero': (['--gin.BATCH_SIZE=0'],
+                        'batch_size (BATCH_SIZE in gin) must be an integer in 1..2147483647'),
+    'batch_size_beyond_int32': (['--gin.BATCH_SIZE=2147483648'],
+                                'batch_size (BATCH_SIZE in gin) must be an integer in '
+                                '1..2147483647'),
+    'gamma_beyond_int32': (['--gin.GAMMA=4294967297'],
+                           'gamma (GAMMA in gin) must be an integer in 1..2147483647'),
+    'decode_len_plus_gamma_beyond_int32': (['--gin.MAX_DECODE_LEN=2147483647'],
+                                           'max_decode_len + gamma + 2 (MAX_DECODE_LEN, GAMMA in '
+                                           'gin) must be at most 2147483647'),
 }
 
 
