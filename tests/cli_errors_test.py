@@ -42,6 +42,9 @@ def files(tmp_path_factory):
   (d / 'inputs.txt').write_text(INPUTS)
   (d / 'latin1.txt').write_bytes('First line.\nA caf\xe9 in Paris.\n'.encode('latin-1'))
   (d / 'fields.jsonl').write_text('{"inputs": "A dog.", "line": 7, "batch": "b1"}\n')
+  (d / 'blank.txt').write_text('One.\n\nTwo.\n')
+  (d / 'broken.jsonl').write_text('{"inputs": "A dog."}\n{"inputs": "A cat.",\n')
+  (d / 'empty.txt').write_bytes(b'\xef\xbb\xbf')
   (d / 'many.txt').write_text('A man is riding a bicycle.\n' * 300)
   (d / 'twenty.txt').write_text('A man is riding a bicycle.\n' * 20)
   for run in ('decode', 'baseline'):
@@ -105,6 +108,14 @@ CASES = {
                         'input line(s) 1, 2: a model returned NaN or infinite logits'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
+    # Input files: a blank line, a JSON line that does not parse, nothing but a byte order mark.
+    'blank_line': (["--gin.INPUT_FILE='{d}/blank.txt'"],
+                   '{d}/blank.txt line 2: a blank line (every line is one input): remove it'),
+    'broken_json_line': (["--gin.INPUT_FILE='{d}/broken.jsonl'"],
+                         '{d}/broken.jsonl line 2: not valid JSON (Expecting property name '
+                         'enclosed in double quotes at column 21)'),
+    'empty_input_file': (["--gin.INPUT_FILE='{d}/empty.txt'"],
+                         'input file {d}/empty.txt is empty: it needs one input per line'),
     # Beam settings: BEAM_ALPHA in [0, 10] (1e999 is gin's inf), sizes whose rows fit int32.
     'beam_alpha_inf': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e999'],
                        'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '

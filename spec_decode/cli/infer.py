@@ -11,10 +11,11 @@ so do `include` lines inside gin files). Values are gin expressions: strings
 need quotes, `--gin.TARGET_CHECKPOINT="'/ckpt/xxl'"`.
 
 `infer` takes plain arguments; gin binds them only in `main`. It reads one
-example per line, plain text or a JSON object with an "inputs" field (blank
-lines are skipped), tokenizes it with EOS appended as T5 does, decodes in
-batches of `batch_size` (the last one padded by repeating its last example)
-with one compiled function, and writes one JSON record per example, in order:
+example per line (LF, CRLF or CR), plain text or a JSON object with an "inputs"
+field (a blank line is an error: spec_decode.cli.jsonl), tokenizes it with EOS
+appended as T5 does, decodes in batches of `batch_size` (the last one padded by
+repeating its last example) with one compiled function, and writes one JSON
+record per example, in order:
 
   line                    the example's line number in the input file
   inputs                  its text (any other JSON fields are copied too)
@@ -163,8 +164,6 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
 
   examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
                            max_input_len=max_input_len, truncate=truncate_inputs)
-  if not examples:
-    raise ConfigError(f'no inputs in {input_file}')
   out = jsonl.Output(output_file, input_file)
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,

@@ -1,17 +1,20 @@
 """The files of `infer`: input lines in, JSON records out, complete or clearly not.
 
-Input: one example per line, UTF-8, plain text or a JSON object with a string
-"inputs" field (blank lines skipped). Output: one JSON record per example,
+Input: one example per line (LF, CRLF or CR), UTF-8 (a leading byte order mark
+dropped), plain text or a JSON object with a non-blank string "inputs" field; a
+blank line, an empty file or a line that starts like JSON but is not an object
+with "inputs" is an error naming the file and line. Output: one JSON record per example,
 written to `<output>.incomplete` and renamed to `<output>` only once every
 record is in; a run that fails or is interrupted leaves no `<output>`, and the
 records it did write stay in `<output>.incomplete`.
 """
 
+import codecs
 import dataclasses
 import json
 import os
 import sys
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, Iterator, TextIO
 
 from etils import epath
 
@@ -43,11 +46,12 @@ class Example:
 
 def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
                   truncate: bool = False) -> list[Example]:
-  """Reads and encodes the non-blank lines of a text or JSONL file.
+  """Reads and encodes every line of a text or JSONL file.
 
-  A line that parses as a JSON object must have a string "inputs" field and
-  no field named as an output field (OUTPUT_FIELDS); any other line is the
-  input text itself.
+  Lines end at LF, CRLF or a lone CR; a UTF-8 byte order mark at the start is
+  dropped. A line that starts with `{` or `[` is JSON: an object with a
+  non-blank string "inputs" field and no field named as an output field
+  (OUTPUT_FIELDS). Any other line is the input text itself.
 
   Args:
     path: the file, '-' for stdin.
@@ -58,16 +62,18 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
       raising ConfigError.
 
   Returns:
-    The examples in file order.
+    The examples in file order, at least one.
 
   Raises:
-    ConfigError: a missing file, a line that is not UTF-8, a JSON object
-      without "inputs" or with an output field, an input over max_input_len.
+    ConfigError: naming the file (and line): a missing or empty file, a blank
+      line, a line that is not UTF-8, a JSON line that does not parse or is
+      not an object with a non-blank string "inputs", a JSON object with an
+      output field, an input over max_input_len.
   """
   name = 'stdin' if path == '-' else path
   examples = []
   with _open_input(path) as f:
-    for line_number, raw in enumerate(f, start=1):
+    for line_number, raw in enumerate(_lines(f), start=1):
       where = f'{name} line {line_number}'
       try:
         line = raw.decode('utf-8')
@@ -75,10 +81,8 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
         raise ConfigError(f'{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column '
                           f'{e.start + 1})') from None
       if not line.strip():
-        continue
-      fields = _parse_line(line.rstrip('\r\n'))
-      if not isinstance(fields.get('inputs'), str):
-        raise ConfigError(f'{where}: a JSON input needs a string "inputs" field')
+        raise ConfigError(f'{where}: a blank line (every line is one input): remove it')
+      fields = _parse_line(line, where)
       clashes = [field for field in OUTPUT_FIELDS if field in fields]
       if clashes:
         raise ConfigError(f'{where}: the input field(s) {", ".join(map(repr, clashes))} would be '
@@ -91,19 +95,44 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
               f'max_input_len={max_input_len}; raise MAX_INPUT_LEN or set TRUNCATE_INPUTS = True')
         tokens = tokens[:max_input_len - 1] + [EOS_ID]
       examples.append(Example(line_number, fields, tokens))
+  if not examples:
+    raise ConfigError(f'input file {name} is empty: it needs one input per line')
   return examples
 
 
-def _parse_line(line: str) -> dict[str, Any]:
-  """A JSON object line as is; any other line as {'inputs': line}."""
-  if line.lstrip().startswith('{'):
-    try:
-      fields = json.loads(line)
-    except json.JSONDecodeError:
-      fields = None
-    if isinstance(fields, dict):
-      return fields
-  return {'inputs': line}
+def _lines(f: BinaryIO) -> Iterator[bytes]:
+  """The lines of a binary file without their ends (LF, CRLF, CR), a leading BOM dropped.
+
+  (A CR or LF byte never occurs inside a UTF-8 multibyte character.)
+  """
+  for index, raw in enumerate(f):
+    if index == 0 and raw.startswith(codecs.BOM_UTF8):
+      raw = raw[len(codecs.BOM_UTF8):]
+      if not raw:  # the file holds the mark alone
+        return
+    raw = raw[:-1] if raw.endswith(b'\n') else raw
+    raw = raw[:-1] if raw.endswith(b'\r') else raw
+    yield from raw.split(b'\r')
+
+
+def _parse_line(line: str, where: str) -> dict[str, Any]:
+  """A JSON line (starting with `{` or `[`) as its object; any other line as {'inputs': line}."""
+  if not line.lstrip().startswith(('{', '[')):
+    return {'inputs': line}
+  hint = ('; a text input that starts with { or [ goes in a JSON object: '
+          '{"inputs": "[text]"}')
+  try:
+    fields = json.loads(line)
+  except json.JSONDecodeError as e:
+    raise ConfigError(f'{where}: not valid JSON ({e.msg} at column {e.colno}){hint}') from None
+  if not isinstance(fields, dict):
+    raise ConfigError(f'{where}: a JSON input must be an object with an "inputs" field, got a '
+                      f'{type(fields).__name__}{hint}')
+  if not isinstance(fields.get('inputs'), str):
+    raise ConfigError(f'{where}: a JSON input needs a string "inputs" field')
+  if not fields['inputs'].strip():
+    raise ConfigError(f'{where}: the "inputs" field is blank: nothing to decode')
+  return fields
 
 
 def _open_input(path: str) -> BinaryIO:
