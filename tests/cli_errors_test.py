@@ -42,6 +42,7 @@ def files(tmp_path_factory):
   (d / 'inputs.txt').write_text(INPUTS)
   (d / 'latin1.txt').write_bytes('First line.\nA caf\xe9 in Paris.\n'.encode('latin-1'))
   (d / 'fields.jsonl').write_text('{"inputs": "A dog.", "line": 7, "batch": "b1"}\n')
+  (d / 'beam_fields.jsonl').write_text('{"inputs": "A dog.", "score": 0.5, "beams": []}\n')
   (d / 'blank.txt').write_text('One.\n\nTwo.\n')
   (d / 'broken.jsonl').write_text('{"inputs": "A dog."}\n{"inputs": "A cat.",\n')
   (d / 'empty.txt').write_bytes(b'\xef\xbb\xbf')
@@ -108,6 +109,8 @@ CASES = {
                         'input line(s) 1, 2: a model returned NaN or infinite logits'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
+    'beam_fields_in_input': (["--gin.DECODE='beam'", "--gin.INPUT_FILE='{d}/beam_fields.jsonl'"],
+                             "line 1: the input field(s) 'score', 'beams' would be overwritten"),
     # Input files: a blank line, a JSON line that does not parse, nothing but a byte order mark.
     'blank_line': (["--gin.INPUT_FILE='{d}/blank.txt'"],
                    '{d}/blank.txt line 2: a blank line (every line is one input): remove it'),
@@ -173,6 +176,7 @@ STOPPED = {
 def _stopped_case(files, name: str) -> dict:
   signum, _ = STOPPED[name]
   out = files / f'{name}.jsonl'
+  out.write_text('{"output": "of an earlier run"}\n')  # removed when the run starts
   inputs = files / ('many.txt' if signum else 'twenty.txt')
   case = {'flags': [f'--gin_file={files / "baseline.gin"}', '--gin.BATCH_SIZE=1',
                     f"--gin.INPUT_FILE='{inputs}'", f"--gin.OUTPUT_FILE='{out}'"]}
@@ -223,5 +227,6 @@ def test_stopped_run_leaves_no_output_and_says_what_it_wrote(name, files, result
   records = written.count('\n')
   assert f'the first {records} of {total} records (the last line possibly cut) are in ' in line
   assert 2 <= records < total and not out.exists()
+  assert f"note: removed {out}, an earlier run's output" in result['stderr']
   assert [json.loads(r)['line'] for r in written.splitlines()[:2]] == [1, 2]
 

@@ -59,3 +59,41 @@ def test_json_lines_with_crlf_and_bom(tmp_path):
 def test_bad_input_files_name_the_line(tmp_path, data, message):
   with pytest.raises(ConfigError, match=message):
     _read(tmp_path, data)
+
+
+def test_a_new_run_removes_an_earlier_output_and_says_so(tmp_path, capsys):
+  path = tmp_path / 'out.jsonl'
+  path.write_text('{"output": "of an earlier run"}\n')
+  out = jsonl.Output(str(path), '-')
+  assert not path.exists()
+  assert f'note: removed {path}, an earlier run\'s output' in capsys.readouterr().err
+  with pytest.raises(ConfigError, match='a failure; nothing was written to'):
+    with jsonl.writing(out, 3):
+      raise ConfigError('a failure')
+  assert not path.exists() and not (tmp_path / 'out.jsonl.incomplete').exists()
+
+
+@pytest.mark.parametrize('records, state', [
+    (0, 'the run failed: nothing was written to {path}'),
+    (2, 'the run failed: {path} was not written; the first 2 of 3 records (the last line '
+        'possibly cut) are in {path}.incomplete'),
+])
+def test_an_unexpected_error_says_what_the_output_holds(tmp_path, records, state):
+  path = tmp_path / 'out.jsonl'
+  with pytest.raises(RuntimeError, match='out of memory') as error:
+    with jsonl.writing(jsonl.Output(str(path), '-'), 3) as out:
+      out.write([{'line': i + 1} for i in range(records)])
+      raise RuntimeError('out of memory')
+  assert error.value.__notes__ == [state.format(path=path)]
+  assert not path.exists()
+  assert (tmp_path / 'out.jsonl.incomplete').exists() == bool(records)
+
+
+def test_beam_fields_of_an_input_are_refused(tmp_path):
+  path = tmp_path / 'inputs.jsonl'
+  path.write_text('{"inputs": "a", "score": 1.5}\n')
+  assert jsonl.read_examples(str(path), _CharVocabulary(), max_input_len=64)[0].fields == {
+      'inputs': 'a', 'score': 1.5}
+  with pytest.raises(ConfigError, match="line 1: the input field.s. 'score' would be overwritten"):
+    jsonl.read_examples(str(path), _CharVocabulary(), max_input_len=64,
+                        output_fields=jsonl.OUTPUT_FIELDS + jsonl.BEAM_FIELDS)

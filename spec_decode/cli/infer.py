@@ -163,8 +163,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       raise ConfigError(f'{name} checkpoint: {e}') from None
 
   examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
-                           max_input_len=max_input_len, truncate=truncate_inputs)
-  out = jsonl.Output(output_file, input_file)
+                           max_input_len=max_input_len, truncate=truncate_inputs,
+                           output_fields=jsonl.OUTPUT_FIELDS + (
+                               jsonl.BEAM_FIELDS if decode == 'beam' else ()))
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
                    max_decode_len=max_decode_len)
@@ -173,17 +174,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                    confidence_threshold=confidence_threshold,
                    verify_lengths=None if verify_lengths is None else tuple(verify_lengths),
                    max_decode_len=max_decode_len, check_finite=check_finite)
-  try:
+  with jsonl.writing(jsonl.Output(output_file, input_file), len(examples)) as out:
     summary = _run(out, examples, configs, paths, vocabulary, sampling, options,
                    beam=decode == 'beam', batch_size=batch_size, seed=seed,
                    model_parallel=model_parallel, check_finite=check_finite)
-  except gin_utils.Interrupted as e:
-    raise gin_utils.Interrupted(e.signum, f'{e.message}: {out.abort(len(examples))}') from None
-  except OSError as e:  # A write failed, e.g. a full disk.
-    raise ConfigError(f'writing {output_file}: {e}; {out.abort(len(examples))}') from None
-  except ConfigError as e:
-    raise ConfigError(f'{e.message}; {out.abort(len(examples))}') from None
-  out.close()
   _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
 

@@ -10,15 +10,16 @@ records it did write stay in `<output>.incomplete`.
 """
 
 import codecs
+import contextlib
 import dataclasses
 import json
 import os
 import sys
-from typing import Any, BinaryIO, Iterator, TextIO
+from typing import Any, BinaryIO, Iterator, Sequence, TextIO
 
 from etils import epath
 
-from spec_decode.cli.gin_utils import ConfigError
+from spec_decode.cli.gin_utils import ConfigError, Interrupted
 
 EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
 INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is written
@@ -27,6 +28,8 @@ INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is
 OUTPUT_FIELDS = ('line', 'output', 'output_ids', 'generated_tokens', 'target_calls',
                  'draft_calls', 'tokens_per_target_call', 'batch', 'batch_walltime_s',
                  'batch_accept_histogram')
+# Fields the records of DECODE = 'beam' add.
+BEAM_FIELDS = ('score', 'beams', 'beam_steps')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +48,15 @@ class Example:
 
 
 def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
-                  truncate: bool = False) -> list[Example]:
+                  truncate: bool = False,
+                  output_fields: Sequence[str] = OUTPUT_FIELDS) -> list[Example]:
   """Reads and encodes every line of a text or JSONL file.
 
   Lines end at LF, CRLF or a lone CR; a UTF-8 byte order mark at the start is
   dropped. A line that starts with `{` or `[` is JSON: an object with a
   non-blank string "inputs" field and no field named as an output field
-  (OUTPUT_FIELDS). Any other line is the input text itself.
+  (`output_fields`): records never overwrite an input field. Any other line is
+  the input text itself.
 
   Args:
     path: the file, '-' for stdin.
@@ -60,6 +65,8 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
     max_input_len: most tokens per input, EOS included.
     truncate: cut longer inputs (as seqio's append_eos_after_trim) instead of
       raising ConfigError.
+    output_fields: the fields the records add (OUTPUT_FIELDS, plus
+      BEAM_FIELDS with beam search).
 
   Returns:
     The examples in file order, at least one.
@@ -83,7 +90,7 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
       if not line.strip():
         raise ConfigError(f'{where}: a blank line (every line is one input): remove it')
       fields = _parse_line(line, where)
-      clashes = [field for field in OUTPUT_FIELDS if field in fields]
+      clashes = [field for field in output_fields if field in fields]
       if clashes:
         raise ConfigError(f'{where}: the input field(s) {", ".join(map(repr, clashes))} would be '
                           'overwritten by the output field of that name: rename them')
@@ -147,9 +154,11 @@ class Output:
   """JSONL output that is complete or clearly not.
 
   Records go to `<path>.incomplete` (opened at construction, so a bad path
-  fails before any model is loaded) and `close` renames it to `path`. `abort`
-  leaves `path` unwritten, removes an empty `.incomplete` file and says where
-  the records written so far are. With path '-' records go to stdout.
+  fails before any model is loaded) and `close` renames it to `path`. An
+  earlier run's `path` is removed at construction (with a note on stderr), so
+  `path` exists only once this run completes. `abort` leaves `path`
+  unwritten, removes an empty `.incomplete` file and says where the records
+  written so far are. With path '-' records go to stdout.
 
   Attributes:
     path: the output path, '-' for stdout.
@@ -173,6 +182,10 @@ class Output:
       self._file = self._partial.open('w', encoding='utf-8')
     except OSError as e:
       raise ConfigError(f'output file {path}: cannot write {self._partial}: {e}') from None
+    if target.exists():
+      target.unlink()
+      print(f'note: removed {path}, an earlier run\'s output: this run writes it once complete',
+            file=sys.stderr)
 
   def write(self, records: list[dict[str, Any]]) -> None:
     """Appends whole records and flushes them."""
@@ -202,6 +215,36 @@ class Output:
       return f'nothing was written to {self.path}'
     return (f'{self.path} was not written; the first {done} (the last line possibly cut) are '
             f'in {self._partial}')
+
+
+@contextlib.contextmanager
+def writing(out: Output, total: int) -> Iterator[Output]:
+  """Closes `out` once the block completes; else aborts it and says what it holds.
+
+  Args:
+    out: the output, opened.
+    total: the records a complete output holds.
+
+  Yields:
+    out.
+
+  Raises:
+    Interrupted, ConfigError: what the block raised, the output's state added
+      to the message (a failed write, OSError, becomes a ConfigError).
+    Exception: any other error of the block, the output's state in a note.
+  """
+  try:
+    yield out
+  except Interrupted as e:
+    raise Interrupted(e.signum, f'{e.message}: {out.abort(total)}') from None
+  except OSError as e:  # A write failed, e.g. a full disk.
+    raise ConfigError(f'writing {out.path}: {e}; {out.abort(total)}') from None
+  except ConfigError as e:
+    raise ConfigError(f'{e.message}; {out.abort(total)}') from None
+  except BaseException as e:
+    e.add_note(f'the run failed: {out.abort(total)}')
+    raise
+  out.close()
 
 
 def _same_file(a: str, b: str) -> bool:
