@@ -119,6 +119,15 @@ CASES = {
                          'enclosed in double quotes at column 21)'),
     'empty_input_file': (["--gin.INPUT_FILE='{d}/empty.txt'"],
                          'input file {d}/empty.txt is empty: it needs one input per line'),
+    # Memory: caches of 16 TB fail before compiling, naming the settings and the limit.
+    'absurd_max_decode_len': (['--gin.MAX_DECODE_LEN=1000000000'],
+                              'MAX_DECODE_LEN and BATCH_SIZE (with BEAM_SIZE, GAMMA, the models and '
+                              'the longest input) need at least 1.64e+04 GB'),
+    'memory_limit_too_low': (['--gin.infer.infer.memory_limit_gb=0.001'],
+                             'but memory_limit_gb is 0.001 GB: lower MAX_DECODE_LEN or BATCH_SIZE'),
+    'memory_limit_quoted': (["--gin.infer.infer.memory_limit_gb='0.5'"],
+                            'memory_limit_gb (infer.infer.memory_limit_gb in gin) must be a number '
+                            "or None, got '0.5' (str): numbers take no quotes"),
     # Beam settings: BEAM_ALPHA in [0, 10] (1e999 is gin's inf), sizes whose rows fit int32.
     'beam_alpha_inf': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e999'],
                        'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '

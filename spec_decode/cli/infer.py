@@ -64,6 +64,7 @@ from spec_decode import checkpoints
 from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli import jsonl
+from spec_decode.cli import memory
 from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
@@ -82,7 +83,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           truncate_inputs: bool = False,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
           model_parallel: int = 0, check_finite: bool = True, decode: str = 'sample',
-          beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4) -> dict[str, Any]:
+          beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4,
+          memory_limit_gb: float | None = None) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`. The settings, the
@@ -136,6 +138,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     draft_width: decode='beam' with a draft: paths drafted from each live
       beam (its m most likely next tokens, each continued greedily to gamma
       tokens); one target call covers W * draft_width paths.
+    memory_limit_gb: the memory the run may use, in GB; None: the device's
+      limit (an accelerator) or MemAvailable (a CPU host). A run whose buffers
+      (spec_decode.cli.memory: parameters, encoder outputs, KV caches) exceed
+      it fails before compiling; set it higher to skip the check.
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -166,6 +172,12 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                            max_input_len=max_input_len, truncate=truncate_inputs,
                            output_fields=jsonl.OUTPUT_FIELDS + (
                                jsonl.BEAM_FIELDS if decode == 'beam' else ()))
+  if not model_parallel:  # A mesh splits the buffers over its devices.
+    rows = memory.cache_rows(batch_size=batch_size, decode=decode, beam_size=beam_size,
+                             draft_width=draft_width, speculate=speculate)
+    needed = memory.estimate(configs, rows=rows, input_len=max(len(e.tokens) for e in examples),
+                             max_decode_len=max_decode_len, gamma=gamma if speculate else 0)
+    memory.check(needed, memory_limit_gb)
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
                    max_decode_len=max_decode_len)

@@ -5,6 +5,7 @@ checked here, and the vocabulary against the models' embedding size; each
 failure is a ConfigError naming the setting and its gin macro.
 """
 
+import math
 import numbers
 from typing import Any
 
@@ -34,6 +35,7 @@ _SETTINGS = {
     'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
     'decode': (str, 'a string'),
     'confidence_threshold': ((numbers.Real, type(None)), 'a number or None'),
+    'memory_limit_gb': ((numbers.Real, type(None)), 'a number or None'),
     'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
     'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
     **{name: (numbers.Integral, _INTEGER) for name in (
@@ -43,6 +45,9 @@ _SETTINGS = {
                                                    'beam_alpha')},
 }
 
+
+# Settings no gin macro binds yet: the binding that sets them.
+_GIN_NAMES = {'memory_limit_gb': 'infer.infer.memory_limit_gb'}
 
 _INT32 = 'int32 on the device'
 # Integer settings: (lowest, highest, why that range).
@@ -62,12 +67,12 @@ def check_settings(settings: dict[str, Any]) -> None:
     numeric = wanted in (_INTEGER, _NUMBER)
     if isinstance(value, types) and not (numeric and isinstance(value, bool)):
       continue
-    hint = ''
-    if numeric and isinstance(value, str):
-      hint = f': numbers take no quotes, --gin.{name.upper()}={value}'
+    hint, gin_name = '', _GIN_NAMES.get(name, name.upper())
+    if isinstance(value, str) and (numeric or wanted.startswith('a number')):
+      hint = f': numbers take no quotes, --gin.{gin_name}={value}'
     elif wanted.startswith('a string') and not isinstance(value, str):
-      hint = f': strings need quotes, --gin.{name.upper()}="\'{value}\'"'
-    raise ConfigError(f'{name} ({name.upper()} in gin) must be {wanted}, got {value!r} '
+      hint = f': strings need quotes, --gin.{gin_name}="\'{value}\'"'
+    raise ConfigError(f'{name} ({gin_name} in gin) must be {wanted}, got {value!r} '
                       f'({type(value).__name__}){hint}')
   for name, (low, high, why) in _RANGES.items():
     if not low <= settings[name] <= high:
@@ -77,6 +82,10 @@ def check_settings(settings: dict[str, Any]) -> None:
     raise ConfigError(f'max_decode_len + gamma + 2 (MAX_DECODE_LEN, GAMMA in gin) must be at most '
                       f'{INT32_MAX} (positions are int32), got {settings["max_decode_len"]} + '
                       f'{settings["gamma"]} + 2')
+  limit = settings['memory_limit_gb']
+  if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
+    raise ConfigError(f'memory_limit_gb (infer.infer.memory_limit_gb in gin) must be None (the '
+                      f'available memory) or a number of GB > 0, got {limit!r}')
   if not 0.0 < settings['lenience'] <= 1.0:
     raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
   if settings['verification'] not in speculative.VERIFICATIONS:
