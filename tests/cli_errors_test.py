@@ -18,6 +18,8 @@ import pytest
 import sentencepiece
 
 from spec_decode import checkpoints
+from spec_decode.cli import settings
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import data
 from spec_decode import models
 from spec_decode.t5 import t5_1_1
@@ -239,3 +241,14 @@ def test_stopped_run_leaves_no_output_and_says_what_it_wrote(name, files, result
   assert f"note: removed {out}, an earlier run's output" in result['stderr']
   assert [json.loads(r)['line'] for r in written.splitlines()[:2]] == [1, 2]
 
+
+
+@pytest.mark.parametrize('alpha', [float('nan'), float('inf'), -0.1, 10.5])
+def test_check_beam_refuses_alpha_outside_0_to_10(alpha):
+  # NaN has no gin literal: checked here, where the command line's values arrive.
+  with pytest.raises(ConfigError, match=rf'beam_alpha \(BEAM_ALPHA in gin\) must be a number in '
+                                        rf'0..10 \(the brevity penalty exponent\), got {alpha}'):
+    settings.check_beam(decode='beam', beam_size=4, beam_alpha=alpha, draft_width=4,
+                        batch_size=8, vocab_size=100, speculate=True)
+  settings.check_beam(decode='beam', beam_size=4, beam_alpha=10.0, draft_width=4, batch_size=8,
+                      vocab_size=100, speculate=True)
