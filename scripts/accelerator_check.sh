@@ -46,7 +46,15 @@ for name in ${only//,/ }; do
     "${stages[*]}" >&2; exit 2; }
 done
 
-device=$("$python" -c "import jax, re; print(re.sub(r'[^a-z0-9]+', '_', jax.devices()[0].device_kind.lower()).strip('_'))")
+# The Python must start and import jax and this package; else say which Python and why.
+probe_err=$(mktemp); code=0
+device=$("$python" -c "import jax, re, spec_decode; print(re.sub(r'[^a-z0-9]+', '_', jax.devices()[0].device_kind.lower()).strip('_'))" 2>"$probe_err") || code=$?
+if ((code != 0)); then
+  why=$(sed '/^[[:space:]]*$/d' "$probe_err" | tail -n 1); rm -f "$probe_err"
+  echo "error: PYTHON=$python cannot run the check (exit $code): ${why:-it printed nothing}" >&2
+  exit 1
+fi
+rm -f "$probe_err"
 if [[ $small == 1 ]]; then
   out=${out:-out/accelerator_check_small_${device}}
   xxl=(scripts/shape_walltime.py --target nano --draft nano --vocab_size 256 --dtype float32 --input_len 8

@@ -7,10 +7,11 @@ cases.json maps a case name to {"flags": [...]} and optionally
                                      at path holds that many lines;
   "max_file_bytes": n                files may not grow past n bytes (a full
                                      disk: writes fail with EFBIG).
-Prints {"name": {"rc": int, "stderr": str}, ...}. Each case starts from a
-clear gin config. One process for all cases saves the ~10 s every decode.py
-process spends importing seqio (and TensorFlow); the signals are real ones,
-caught by the handlers `main` installs.
+Prints {"name": {"rc": int, "stderr": str}, ...}; rc is None, and stderr ends
+with the traceback, when `main` raised. Each case starts from a clear gin
+config. One process for all cases saves the ~10 s every decode.py process
+spends importing seqio (and TensorFlow); the signals are real ones, caught by
+the handlers `main` installs.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ import resource
 import signal
 import sys
 import threading
+import traceback
 
 import gin
 
@@ -67,7 +69,11 @@ def main() -> None:
     stop = _signal_when(*case['signal']) if 'signal' in case else threading.Event()
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr), _file_size_limit(case.get('max_file_bytes')):
-      rc = infer.main(case['flags'])
+      try:
+        rc = infer.main(case['flags'])
+      except Exception:  # pylint: disable=broad-except; reported as this case's result
+        rc = None
+        traceback.print_exc()
     stop.set()
     results[name] = {'rc': rc, 'stderr': stderr.getvalue()}
   json.dump(results, sys.stdout)

@@ -18,6 +18,8 @@ import pytest
 import sentencepiece
 
 from spec_decode import checkpoints
+from spec_decode.cli import settings
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import data
 from spec_decode import models
 from spec_decode.t5 import t5_1_1
@@ -42,6 +44,10 @@ def files(tmp_path_factory):
   (d / 'inputs.txt').write_text(INPUTS)
   (d / 'latin1.txt').write_bytes('First line.\nA caf\xe9 in Paris.\n'.encode('latin-1'))
   (d / 'fields.jsonl').write_text('{"inputs": "A dog.", "line": 7, "batch": "b1"}\n')
+  (d / 'beam_fields.jsonl').write_text('{"inputs": "A dog.", "score": 0.5, "beams": []}\n')
+  (d / 'blank.txt').write_text('One.\n\nTwo.\n')
+  (d / 'broken.jsonl').write_text('{"inputs": "A dog."}\n{"inputs": "A cat.",\n')
+  (d / 'empty.txt').write_bytes(b'\xef\xbb\xbf')
   (d / 'many.txt').write_text('A man is riding a bicycle.\n' * 300)
   (d / 'twenty.txt').write_text('A man is riding a bicycle.\n' * 20)
   for run in ('decode', 'baseline'):
@@ -105,6 +111,66 @@ CASES = {
                         'input line(s) 1, 2: a model returned NaN or infinite logits'),
     'output_fields_in_input': (["--gin.INPUT_FILE='{d}/fields.jsonl'"],
                                "line 1: the input field(s) 'line', 'batch' would be overwritten"),
+    'beam_fields_in_input': (["--gin.DECODE='beam'", "--gin.INPUT_FILE='{d}/beam_fields.jsonl'"],
+                             "line 1: the input field(s) 'score', 'beams' would be overwritten"),
+    # Input files: a blank line, a JSON line that does not parse, nothing but a byte order mark.
+    'blank_line': (["--gin.INPUT_FILE='{d}/blank.txt'"],
+                   '{d}/blank.txt line 2: a blank line (every line is one input): remove it'),
+    'broken_json_line': (["--gin.INPUT_FILE='{d}/broken.jsonl'"],
+                         '{d}/broken.jsonl line 2: not valid JSON (Expecting property name '
+                         'enclosed in double quotes at column 21)'),
+    'empty_input_file': (["--gin.INPUT_FILE='{d}/empty.txt'"],
+                         'input file {d}/empty.txt is empty: it needs one input per line'),
+    # Memory: caches of 16 TB fail before compiling, naming the settings and the limit.
+    'absurd_max_decode_len': (['--gin.MAX_DECODE_LEN=1000000000'],
+                              'MAX_DECODE_LEN and BATCH_SIZE (with BEAM_SIZE, GAMMA, the models and '
+                              'the longest input) need at least 1.64e+04 GB'),
+    'memory_limit_too_low': (['--gin.infer.infer.memory_limit_gb=0.001'],
+                             'but memory_limit_gb is 0.001 GB: lower MAX_DECODE_LEN or BATCH_SIZE'),
+    'memory_limit_quoted': (["--gin.infer.infer.memory_limit_gb='0.5'"],
+                            'memory_limit_gb (infer.infer.memory_limit_gb in gin) must be a number '
+                            "or None, got '0.5' (str): numbers take no quotes"),
+    # Beam settings: BEAM_ALPHA in [0, 10] (1e999 is gin's inf), sizes whose rows fit int32.
+    'beam_alpha_inf': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e999'],
+                       'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '
+                       'penalty exponent), got inf'),
+    'beam_alpha_negative': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=-0.5'],
+                            'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10'),
+    'beam_alpha_huge': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e6'],
+                        'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '
+                        'penalty exponent), got 1000000.0'),
+    'beam_size_zero': (["--gin.DECODE='beam'", '--gin.BEAM_SIZE=0'],
+                       'beam_size (BEAM_SIZE in gin) must be an integer in 1..2147483647'),
+    'draft_width_over_vocabulary': (["--gin.DECODE='beam'", '--gin.DRAFT_WIDTH=9000'],
+                                    'draft_width (DRAFT_WIDTH in gin) must be in 1..8192'),
+    'beam_rows_overflow': (["--gin.DECODE='beam'", '--gin.BATCH_SIZE=65536',
+                            '--gin.BEAM_SIZE=65536', '--gin.DRAFT_WIDTH=1'],
+                           'BATCH_SIZE * BEAM_SIZE * DRAFT_WIDTH must be at most 2147483647 '
+                           '(rows are int32), got 65536 * 65536 * 1'),
+    # Integers that would wrap on the device (int32) or in jax.random.key (32 bits).
+    'top_k_beyond_int32': (['--gin.TOP_K=2147483648'],
+                           'top_k (TOP_K in gin) must be an integer in 0..2147483647 (0 disables; '
+                           'int32 on the device), got 2147483648'),
+    'seed_beyond_64_bits': (['--gin.SEED=18446744073709551616'],
+                            'seed (SEED in gin) must be an integer in 0..4294967295'),
+    'seed_beyond_32_bits': (['--gin.SEED=4294967296'],
+                            'seed (SEED in gin) must be an integer in 0..4294967295 (jax keys '
+                            'keep 32 bits of a seed: a larger one repeats a smaller one), got '
+                            '4294967296'),
+    'negative_seed': (['--gin.SEED=-1'], 'seed (SEED in gin) must be an integer in 0..4294967295'),
+    'max_decode_len_beyond_int32': (['--gin.MAX_DECODE_LEN=2147483648'],
+                                    'max_decode_len (MAX_DECODE_LEN in gin) must be an integer in '
+                                    '1..2147483647 (int32 on the device), got 2147483648'),
+    'batch_size_zero': (['--gin.BATCH_SIZE=0'],
+                        'batch_size (BATCH_SIZE in gin) must be an integer in 1..2147483647'),
+    'batch_size_beyond_int32': (['--gin.BATCH_SIZE=2147483648'],
+                                'batch_size (BATCH_SIZE in gin) must be an integer in '
+                                '1..2147483647'),
+    'gamma_beyond_int32': (['--gin.GAMMA=4294967297'],
+                           'gamma (GAMMA in gin) must be an integer in 1..2147483647'),
+    'decode_len_plus_gamma_beyond_int32': (['--gin.MAX_DECODE_LEN=2147483647'],
+                                           'max_decode_len + gamma + 2 (MAX_DECODE_LEN, GAMMA in '
+                                           'gin) must be at most 2147483647'),
 }
 
 
@@ -121,6 +187,7 @@ STOPPED = {
 def _stopped_case(files, name: str) -> dict:
   signum, _ = STOPPED[name]
   out = files / f'{name}.jsonl'
+  out.write_text('{"output": "of an earlier run"}\n')  # removed when the run starts
   inputs = files / ('many.txt' if signum else 'twenty.txt')
   case = {'flags': [f'--gin_file={files / "baseline.gin"}', '--gin.BATCH_SIZE=1',
                     f"--gin.INPUT_FILE='{inputs}'", f"--gin.OUTPUT_FILE='{out}'"]}
@@ -171,5 +238,17 @@ def test_stopped_run_leaves_no_output_and_says_what_it_wrote(name, files, result
   records = written.count('\n')
   assert f'the first {records} of {total} records (the last line possibly cut) are in ' in line
   assert 2 <= records < total and not out.exists()
+  assert f"note: removed {out}, an earlier run's output" in result['stderr']
   assert [json.loads(r)['line'] for r in written.splitlines()[:2]] == [1, 2]
 
+
+
+@pytest.mark.parametrize('alpha', [float('nan'), float('inf'), -0.1, 10.5])
+def test_check_beam_refuses_alpha_outside_0_to_10(alpha):
+  # NaN has no gin literal: checked here, where the command line's values arrive.
+  with pytest.raises(ConfigError, match=rf'beam_alpha \(BEAM_ALPHA in gin\) must be a number in '
+                                        rf'0..10 \(the brevity penalty exponent\), got {alpha}'):
+    settings.check_beam(decode='beam', beam_size=4, beam_alpha=alpha, draft_width=4,
+                        batch_size=8, vocab_size=100, speculate=True)
+  settings.check_beam(decode='beam', beam_size=4, beam_alpha=10.0, draft_width=4, batch_size=8,
+                      vocab_size=100, speculate=True)

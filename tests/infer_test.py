@@ -24,7 +24,6 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / 'scripts' / 'decode.py'
 GAMMA = 3
 INPUTS = [
     'A man is riding a bicycle.',
-    '',  # blank lines are skipped
     '{"inputs": "Two dogs play in the snow.", "targets": "Zwei Hunde spielen im Schnee."}',
     'The weather is nice today.',
     'Children are playing football in the park.',
@@ -99,7 +98,7 @@ def test_greedy_speculative_equals_greedy_baseline(tmp_path, checkpoint_dir):
 
   speculative_records, baseline_records = _records(speculative.stdout), _records(
       output_file.read_text())
-  lines = [i + 1 for i, text in enumerate(INPUTS) if text]
+  lines = list(range(1, len(INPUTS) + 1))
   for records in (speculative_records, baseline_records):
     assert [r['line'] for r in records] == lines
     for r in records:
@@ -153,14 +152,14 @@ class _CharVocabulary:
 
 def test_read_examples_truncates_like_seqio(tmp_path):
   path = tmp_path / 'inputs.jsonl'
-  path.write_text('abcdefgh\n\n{"inputs": "xy", "id": 7}\n{not json\n')
+  path.write_text('abcdefgh\n{"inputs": "xy", "id": 7}\nnot json\n')
   examples = infer.read_examples(str(path), _CharVocabulary(), input_prefix='p:',
                                  max_input_len=6, truncate=True)
-  assert [e.line for e in examples] == [1, 3, 4]
+  assert [e.line for e in examples] == [1, 2, 3]
   assert examples[0].tokens == _CharVocabulary().encode('p:abc') + [infer.EOS_ID]
   assert examples[1].fields == {'inputs': 'xy', 'id': 7}
   assert examples[1].tokens == _CharVocabulary().encode('p:xy') + [infer.EOS_ID]
-  assert examples[2].fields == {'inputs': '{not json'}
+  assert examples[2].fields == {'inputs': 'not json'}
   with pytest.raises(infer.ConfigError, match=r'line 1: input of 11 tokens .* max_input_len=6'):
     infer.read_examples(str(path), _CharVocabulary(), input_prefix='p:', max_input_len=6)
 

@@ -162,8 +162,8 @@ def read_hf(path: str, dtype=None) -> Params:
 
   Raises:
     FileNotFoundError: no checkpoint file, or a shard the index names is absent.
-    ValueError: a missing or unexpected tensor or a damaged file; the message
-      names the tensor.
+    ValueError: a missing or unexpected tensor, an integer or boolean tensor
+      or a damaged file; the message names the tensor.
   """
   files = _hf_files(path)
   counts = {stack: 1 + max((int(m[1]) for name in files
@@ -185,19 +185,26 @@ def read_hf(path: str, dtype=None) -> Params:
         if hf not in in_file:
           raise ValueError(f'missing array {hf}: the index puts it in {file}, which lacks it')
         x = f.get_tensor(hf)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+          raise ValueError(f'{file}: tensor {hf} has dtype {x.dtype}: T5 weights are floating '
+                           'point (float32, bfloat16 or float16), a cast would decode garbage')
         name = ours[hf]
         flat[name] = np.ascontiguousarray(cast(x.T if _hf_transposed(name) else x, dtype))
   return unflatten(flat)
 
 
 def check_hf_json(path: str, config: T5Config) -> None:
-  """Checks a config.json next to the weights, if any, for what no shape shows."""
+  """Checks a config.json next to the weights, if any, for what no shape shows.
+
+  Raises:
+    ValueError: naming the file: not valid JSON, not an object, or settings
+      of another model.
+  """
   directory = path if os.path.isdir(path) else os.path.dirname(path)
   file = os.path.join(directory, 'config.json')
   if not os.path.isfile(file):
     return
-  with open(file) as f:
-    stored = json.load(f)
+  stored = _read_json_object(file)
   # T5 1.0 scales the decoder output by d_model**-0.5: transformers 4 says so with
   # tie_word_embeddings (default true), transformers 5 with scale_decoder_outputs.
   scaled = stored.get('scale_decoder_outputs', stored.get('tie_word_embeddings', True) is not False)
@@ -212,6 +219,23 @@ def check_hf_json(path: str, config: T5Config) -> None:
            for key, (found, needed) in found_needed.items() if found != needed]
   if wrong:
     raise ValueError(f'{file} describes another model: ' + '; '.join(wrong))
+
+
+def _read_json_object(file: str) -> dict[str, Any]:
+  """The JSON object in `file`; ValueError naming the file and what is wrong with it."""
+  try:
+    with open(file, encoding='utf-8') as f:
+      stored = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f'{file} is not valid JSON: {e.msg} at line {e.lineno} column '
+                     f'{e.colno}') from None
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{file} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset '
+                     f'{e.start})') from None
+  if not isinstance(stored, dict):
+    raise ValueError(f'{file} must hold a JSON object (a Hugging Face config), got a '
+                     f'{type(stored).__name__}')
+  return stored
 
 
 def write_hf(path: str, params: Params, config: T5Config, dtype=None) -> None:

@@ -11,10 +11,11 @@ so do `include` lines inside gin files). Values are gin expressions: strings
 need quotes, `--gin.TARGET_CHECKPOINT="'/ckpt/xxl'"`.
 
 `infer` takes plain arguments; gin binds them only in `main`. It reads one
-example per line, plain text or a JSON object with an "inputs" field (blank
-lines are skipped), tokenizes it with EOS appended as T5 does, decodes in
-batches of `batch_size` (the last one padded by repeating its last example)
-with one compiled function, and writes one JSON record per example, in order:
+example per line (LF, CRLF or CR), plain text or a JSON object with an "inputs"
+field (a blank line is an error: spec_decode.cli.jsonl), tokenizes it with EOS
+appended as T5 does, decodes in batches of `batch_size` (the last one padded by
+repeating its last example) with one compiled function, and writes one JSON
+record per example, in order:
 
   line                    the example's line number in the input file
   inputs                  its text (any other JSON fields are copied too)
@@ -63,6 +64,7 @@ from spec_decode import checkpoints
 from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli import jsonl
+from spec_decode.cli import memory
 from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
@@ -81,7 +83,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           truncate_inputs: bool = False,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
           model_parallel: int = 0, check_finite: bool = True, decode: str = 'sample',
-          beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4) -> dict[str, Any]:
+          beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4,
+          memory_limit_gb: float | None = None) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`. The settings, the
@@ -135,6 +138,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     draft_width: decode='beam' with a draft: paths drafted from each live
       beam (its m most likely next tokens, each continued greedily to gamma
       tokens); one target call covers W * draft_width paths.
+    memory_limit_gb: the memory the run may use, in GB; None: the device's
+      limit (an accelerator) or MemAvailable (a CPU host). A run whose buffers
+      (spec_decode.cli.memory: parameters, encoder outputs, KV caches) exceed
+      it fails before compiling; set it higher to skip the check.
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -162,10 +169,15 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       raise ConfigError(f'{name} checkpoint: {e}') from None
 
   examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
-                           max_input_len=max_input_len, truncate=truncate_inputs)
-  if not examples:
-    raise ConfigError(f'no inputs in {input_file}')
-  out = jsonl.Output(output_file, input_file)
+                           max_input_len=max_input_len, truncate=truncate_inputs,
+                           output_fields=jsonl.OUTPUT_FIELDS + (
+                               jsonl.BEAM_FIELDS if decode == 'beam' else ()))
+  if not model_parallel:  # A mesh splits the buffers over its devices.
+    rows = memory.cache_rows(batch_size=batch_size, decode=decode, beam_size=beam_size,
+                             draft_width=draft_width, speculate=speculate)
+    needed = memory.estimate(configs, rows=rows, input_len=max(len(e.tokens) for e in examples),
+                             max_decode_len=max_decode_len, gamma=gamma if speculate else 0)
+    memory.check(needed, memory_limit_gb)
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
                    max_decode_len=max_decode_len)
@@ -174,17 +186,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                    confidence_threshold=confidence_threshold,
                    verify_lengths=None if verify_lengths is None else tuple(verify_lengths),
                    max_decode_len=max_decode_len, check_finite=check_finite)
-  try:
+  with jsonl.writing(jsonl.Output(output_file, input_file), len(examples)) as out:
     summary = _run(out, examples, configs, paths, vocabulary, sampling, options,
                    beam=decode == 'beam', batch_size=batch_size, seed=seed,
                    model_parallel=model_parallel, check_finite=check_finite)
-  except gin_utils.Interrupted as e:
-    raise gin_utils.Interrupted(e.signum, f'{e.message}: {out.abort(len(examples))}') from None
-  except OSError as e:  # A write failed, e.g. a full disk.
-    raise ConfigError(f'writing {output_file}: {e}; {out.abort(len(examples))}') from None
-  except ConfigError as e:
-    raise ConfigError(f'{e.message}; {out.abort(len(examples))}') from None
-  out.close()
   _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
 

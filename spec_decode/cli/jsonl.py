@@ -1,21 +1,25 @@
 """The files of `infer`: input lines in, JSON records out, complete or clearly not.
 
-Input: one example per line, UTF-8, plain text or a JSON object with a string
-"inputs" field (blank lines skipped). Output: one JSON record per example,
+Input: one example per line (LF, CRLF or CR), UTF-8 (a leading byte order mark
+dropped), plain text or a JSON object with a non-blank string "inputs" field; a
+blank line, an empty file or a line that starts like JSON but is not an object
+with "inputs" is an error naming the file and line. Output: one JSON record per example,
 written to `<output>.incomplete` and renamed to `<output>` only once every
 record is in; a run that fails or is interrupted leaves no `<output>`, and the
 records it did write stay in `<output>.incomplete`.
 """
 
+import codecs
+import contextlib
 import dataclasses
 import json
 import os
 import sys
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, Iterator, Sequence, TextIO
 
 from etils import epath
 
-from spec_decode.cli.gin_utils import ConfigError
+from spec_decode.cli.gin_utils import ConfigError, Interrupted
 
 EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
 INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is written
@@ -24,6 +28,8 @@ INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is
 OUTPUT_FIELDS = ('line', 'output', 'output_ids', 'generated_tokens', 'target_calls',
                  'draft_calls', 'tokens_per_target_call', 'batch', 'batch_walltime_s',
                  'batch_accept_histogram')
+# Fields the records of DECODE = 'beam' add.
+BEAM_FIELDS = ('score', 'beams', 'beam_steps')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +48,15 @@ class Example:
 
 
 def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
-                  truncate: bool = False) -> list[Example]:
-  """Reads and encodes the non-blank lines of a text or JSONL file.
+                  truncate: bool = False,
+                  output_fields: Sequence[str] = OUTPUT_FIELDS) -> list[Example]:
+  """Reads and encodes every line of a text or JSONL file.
 
-  A line that parses as a JSON object must have a string "inputs" field and
-  no field named as an output field (OUTPUT_FIELDS); any other line is the
-  input text itself.
+  Lines end at LF, CRLF or a lone CR; a UTF-8 byte order mark at the start is
+  dropped. A line that starts with `{` or `[` is JSON: an object with a
+  non-blank string "inputs" field and no field named as an output field
+  (`output_fields`): records never overwrite an input field. Any other line is
+  the input text itself.
 
   Args:
     path: the file, '-' for stdin.
@@ -56,18 +65,22 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
     max_input_len: most tokens per input, EOS included.
     truncate: cut longer inputs (as seqio's append_eos_after_trim) instead of
       raising ConfigError.
+    output_fields: the fields the records add (OUTPUT_FIELDS, plus
+      BEAM_FIELDS with beam search).
 
   Returns:
-    The examples in file order.
+    The examples in file order, at least one.
 
   Raises:
-    ConfigError: a missing file, a line that is not UTF-8, a JSON object
-      without "inputs" or with an output field, an input over max_input_len.
+    ConfigError: naming the file (and line): a missing or empty file, a blank
+      line, a line that is not UTF-8, a JSON line that does not parse or is
+      not an object with a non-blank string "inputs", a JSON object with an
+      output field, an input over max_input_len.
   """
   name = 'stdin' if path == '-' else path
   examples = []
   with _open_input(path) as f:
-    for line_number, raw in enumerate(f, start=1):
+    for line_number, raw in enumerate(_lines(f), start=1):
       where = f'{name} line {line_number}'
       try:
         line = raw.decode('utf-8')
@@ -75,11 +88,9 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
         raise ConfigError(f'{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column '
                           f'{e.start + 1})') from None
       if not line.strip():
-        continue
-      fields = _parse_line(line.rstrip('\r\n'))
-      if not isinstance(fields.get('inputs'), str):
-        raise ConfigError(f'{where}: a JSON input needs a string "inputs" field')
-      clashes = [field for field in OUTPUT_FIELDS if field in fields]
+        raise ConfigError(f'{where}: a blank line (every line is one input): remove it')
+      fields = _parse_line(line, where)
+      clashes = [field for field in output_fields if field in fields]
       if clashes:
         raise ConfigError(f'{where}: the input field(s) {", ".join(map(repr, clashes))} would be '
                           'overwritten by the output field of that name: rename them')
@@ -91,19 +102,44 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
               f'max_input_len={max_input_len}; raise MAX_INPUT_LEN or set TRUNCATE_INPUTS = True')
         tokens = tokens[:max_input_len - 1] + [EOS_ID]
       examples.append(Example(line_number, fields, tokens))
+  if not examples:
+    raise ConfigError(f'input file {name} is empty: it needs one input per line')
   return examples
 
 
-def _parse_line(line: str) -> dict[str, Any]:
-  """A JSON object line as is; any other line as {'inputs': line}."""
-  if line.lstrip().startswith('{'):
-    try:
-      fields = json.loads(line)
-    except json.JSONDecodeError:
-      fields = None
-    if isinstance(fields, dict):
-      return fields
-  return {'inputs': line}
+def _lines(f: BinaryIO) -> Iterator[bytes]:
+  """The lines of a binary file without their ends (LF, CRLF, CR), a leading BOM dropped.
+
+  (A CR or LF byte never occurs inside a UTF-8 multibyte character.)
+  """
+  for index, raw in enumerate(f):
+    if index == 0 and raw.startswith(codecs.BOM_UTF8):
+      raw = raw[len(codecs.BOM_UTF8):]
+      if not raw:  # the file holds the mark alone
+        return
+    raw = raw[:-1] if raw.endswith(b'\n') else raw
+    raw = raw[:-1] if raw.endswith(b'\r') else raw
+    yield from raw.split(b'\r')
+
+
+def _parse_line(line: str, where: str) -> dict[str, Any]:
+  """A JSON line (starting with `{` or `[`) as its object; any other line as {'inputs': line}."""
+  if not line.lstrip().startswith(('{', '[')):
+    return {'inputs': line}
+  hint = ('; a text input that starts with { or [ goes in a JSON object: '
+          '{"inputs": "[text]"}')
+  try:
+    fields = json.loads(line)
+  except json.JSONDecodeError as e:
+    raise ConfigError(f'{where}: not valid JSON ({e.msg} at column {e.colno}){hint}') from None
+  if not isinstance(fields, dict):
+    raise ConfigError(f'{where}: a JSON input must be an object with an "inputs" field, got a '
+                      f'{type(fields).__name__}{hint}')
+  if not isinstance(fields.get('inputs'), str):
+    raise ConfigError(f'{where}: a JSON input needs a string "inputs" field')
+  if not fields['inputs'].strip():
+    raise ConfigError(f'{where}: the "inputs" field is blank: nothing to decode')
+  return fields
 
 
 def _open_input(path: str) -> BinaryIO:
@@ -118,9 +154,11 @@ class Output:
   """JSONL output that is complete or clearly not.
 
   Records go to `<path>.incomplete` (opened at construction, so a bad path
-  fails before any model is loaded) and `close` renames it to `path`. `abort`
-  leaves `path` unwritten, removes an empty `.incomplete` file and says where
-  the records written so far are. With path '-' records go to stdout.
+  fails before any model is loaded) and `close` renames it to `path`. An
+  earlier run's `path` is removed at construction (with a note on stderr), so
+  `path` exists only once this run completes. `abort` leaves `path`
+  unwritten, removes an empty `.incomplete` file and says where the records
+  written so far are. With path '-' records go to stdout.
 
   Attributes:
     path: the output path, '-' for stdout.
@@ -144,6 +182,10 @@ class Output:
       self._file = self._partial.open('w', encoding='utf-8')
     except OSError as e:
       raise ConfigError(f'output file {path}: cannot write {self._partial}: {e}') from None
+    if target.exists():
+      target.unlink()
+      print(f'note: removed {path}, an earlier run\'s output: this run writes it once complete',
+            file=sys.stderr)
 
   def write(self, records: list[dict[str, Any]]) -> None:
     """Appends whole records and flushes them."""
@@ -173,6 +215,36 @@ class Output:
       return f'nothing was written to {self.path}'
     return (f'{self.path} was not written; the first {done} (the last line possibly cut) are '
             f'in {self._partial}')
+
+
+@contextlib.contextmanager
+def writing(out: Output, total: int) -> Iterator[Output]:
+  """Closes `out` once the block completes; else aborts it and says what it holds.
+
+  Args:
+    out: the output, opened.
+    total: the records a complete output holds.
+
+  Yields:
+    out.
+
+  Raises:
+    Interrupted, ConfigError: what the block raised, the output's state added
+      to the message (a failed write, OSError, becomes a ConfigError).
+    Exception: any other error of the block, the output's state in a note.
+  """
+  try:
+    yield out
+  except Interrupted as e:
+    raise Interrupted(e.signum, f'{e.message}: {out.abort(total)}') from None
+  except OSError as e:  # A write failed, e.g. a full disk.
+    raise ConfigError(f'writing {out.path}: {e}; {out.abort(total)}') from None
+  except ConfigError as e:
+    raise ConfigError(f'{e.message}; {out.abort(total)}') from None
+  except BaseException as e:
+    e.add_note(f'the run failed: {out.abort(total)}')
+    raise
+  out.close()
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -19,6 +19,11 @@ from spec_decode.t5.config import T5Config
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
 VOCAB_PADDING = 128
 
+INT32_MAX = 2**31 - 1  # token ids, positions, counts and top_k are int32 on the device
+# jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): larger seeds repeat smaller.
+SEED_MAX = 2**32 - 1
+BEAM_ALPHA_MAX = 10.0  # T5X uses 0.6; ((5 + length) / 6) ** alpha past 10 swamps log P
+
 # What each setting of `infer` must be: gin passes whatever a binding says.
 _INTEGER, _NUMBER = 'an integer', 'a number'
 _SETTINGS = {
@@ -30,6 +35,7 @@ _SETTINGS = {
     'input_prefix': (str, 'a string'), 'verification': (str, 'a string'),
     'decode': (str, 'a string'),
     'confidence_threshold': ((numbers.Real, type(None)), 'a number or None'),
+    'memory_limit_gb': ((numbers.Real, type(None)), 'a number or None'),
     'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
     'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
     **{name: (numbers.Integral, _INTEGER) for name in (
@@ -40,6 +46,20 @@ _SETTINGS = {
 }
 
 
+# Settings no gin macro binds yet: the binding that sets them.
+_GIN_NAMES = {'memory_limit_gb': 'infer.infer.memory_limit_gb'}
+
+_INT32 = 'int32 on the device'
+# Integer settings: (lowest, highest, why that range).
+_RANGES = {
+    **{name: (1, INT32_MAX, _INT32) for name in (
+        'batch_size', 'max_input_len', 'max_decode_len', 'gamma', 'beam_size', 'draft_width')},
+    'top_k': (0, INT32_MAX, f'0 disables; {_INT32}'),
+    'model_parallel': (0, INT32_MAX, '0: one device'),
+    'seed': (0, SEED_MAX, 'jax keys keep 32 bits of a seed: a larger one repeats a smaller one'),
+}
+
+
 def check_settings(settings: dict[str, Any]) -> None:
   """Raises ConfigError naming the setting (and its gin macro) of a wrong value."""
   for name, (types, wanted) in _SETTINGS.items():
@@ -47,19 +67,25 @@ def check_settings(settings: dict[str, Any]) -> None:
     numeric = wanted in (_INTEGER, _NUMBER)
     if isinstance(value, types) and not (numeric and isinstance(value, bool)):
       continue
-    hint = ''
-    if numeric and isinstance(value, str):
-      hint = f': numbers take no quotes, --gin.{name.upper()}={value}'
+    hint, gin_name = '', _GIN_NAMES.get(name, name.upper())
+    if isinstance(value, str) and (numeric or wanted.startswith('a number')):
+      hint = f': numbers take no quotes, --gin.{gin_name}={value}'
     elif wanted.startswith('a string') and not isinstance(value, str):
-      hint = f': strings need quotes, --gin.{name.upper()}="\'{value}\'"'
-    raise ConfigError(f'{name} ({name.upper()} in gin) must be {wanted}, got {value!r} '
+      hint = f': strings need quotes, --gin.{gin_name}="\'{value}\'"'
+    raise ConfigError(f'{name} ({gin_name} in gin) must be {wanted}, got {value!r} '
                       f'({type(value).__name__}){hint}')
-  for name in ('batch_size', 'max_input_len', 'max_decode_len', 'gamma', 'beam_size',
-               'draft_width'):
-    if settings[name] < 1:
-      raise ConfigError(f'{name} must be an integer >= 1, got {settings[name]!r}')
-  if settings['model_parallel'] < 0:
-    raise ConfigError(f'model_parallel must be >= 0, got {settings["model_parallel"]}')
+  for name, (low, high, why) in _RANGES.items():
+    if not low <= settings[name] <= high:
+      raise ConfigError(f'{name} ({name.upper()} in gin) must be an integer in {low}..{high} '
+                        f'({why}), got {settings[name]!r}')
+  if settings['max_decode_len'] + settings['gamma'] + 2 > INT32_MAX:
+    raise ConfigError(f'max_decode_len + gamma + 2 (MAX_DECODE_LEN, GAMMA in gin) must be at most '
+                      f'{INT32_MAX} (positions are int32), got {settings["max_decode_len"]} + '
+                      f'{settings["gamma"]} + 2')
+  limit = settings['memory_limit_gb']
+  if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
+    raise ConfigError(f'memory_limit_gb (infer.infer.memory_limit_gb in gin) must be None (the '
+                      f'available memory) or a number of GB > 0, got {limit!r}')
   if not 0.0 < settings['lenience'] <= 1.0:
     raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
   if settings['verification'] not in speculative.VERIFICATIONS:
@@ -76,7 +102,12 @@ def check_settings(settings: dict[str, Any]) -> None:
   if settings['verify_lengths'] is not None and threshold is None:
     raise ConfigError('verify_lengths (VERIFY_LENGTHS in gin) only shortens the verify call of an '
                       'adaptive draft length: set CONFIDENCE_THRESHOLD too, or drop it')
-  _check_beam(settings)
+  check_beam(decode=settings['decode'], beam_size=settings['beam_size'],
+             beam_alpha=settings['beam_alpha'], draft_width=settings['draft_width'],
+             batch_size=settings['batch_size'], vocab_size=settings['target_config'].vocab_size,
+             speculate=settings['draft_config'] is not None)
+  if settings['decode'] == 'beam':
+    _check_beam_only(settings)
 
 
 def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
@@ -113,16 +144,40 @@ _SAMPLING_ONLY = {'temperature': 0.0, 'top_k': 0, 'top_p': 1.0, 'lenience': 1.0,
                   'verify_lengths': None, 'model_parallel': 0}
 
 
-def _check_beam(settings: dict[str, Any]) -> None:
-  """Raises ConfigError for a bad decode mode or a setting beam search would ignore."""
-  if settings['decode'] not in ('sample', 'beam'):
-    raise ConfigError(f"decode (DECODE in gin) must be 'sample' or 'beam', got "
-                      f"{settings['decode']!r}")
-  if not math.isfinite(settings['beam_alpha']):
-    raise ConfigError(f'beam_alpha (BEAM_ALPHA in gin) must be finite, got '
-                      f'{settings["beam_alpha"]!r}')
-  if settings['decode'] != 'beam':
+def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: int,
+               batch_size: int, vocab_size: int, speculate: bool) -> None:
+  """Raises ConfigError for a bad decode mode, BEAM_SIZE, BEAM_ALPHA or DRAFT_WIDTH.
+
+  Args:
+    decode: 'sample' or 'beam'.
+    beam_size: beams W, >= 1.
+    beam_alpha: brevity penalty exponent, in [0, BEAM_ALPHA_MAX].
+    draft_width: paths m the draft proposes per beam, in 1..vocab_size.
+    batch_size: inputs B decoded together; beam search steps B * W rows, a
+      target call with a draft B * W * m: they must fit int32.
+    vocab_size: the models' vocabulary size V.
+    speculate: whether a draft proposes paths (draft_width counts).
+  """
+  if decode not in ('sample', 'beam'):
+    raise ConfigError(f"decode (DECODE in gin) must be 'sample' or 'beam', got {decode!r}")
+  if not 0.0 <= beam_alpha <= BEAM_ALPHA_MAX:  # NaN fails too
+    raise ConfigError(f'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..{BEAM_ALPHA_MAX:g} '
+                      f'(the brevity penalty exponent), got {beam_alpha!r}')
+  if decode != 'beam':
     return
+  if speculate and draft_width > vocab_size:
+    raise ConfigError(f'draft_width (DRAFT_WIDTH in gin) must be in 1..{vocab_size} (the '
+                      f'vocabulary size: the draft proposes its most likely tokens), got '
+                      f'{draft_width}')
+  width = draft_width if speculate else 1
+  if batch_size * beam_size * width > INT32_MAX:
+    names = 'BATCH_SIZE * BEAM_SIZE' + (' * DRAFT_WIDTH' if speculate else '')
+    raise ConfigError(f'{names} must be at most {INT32_MAX} (rows are int32), got {batch_size} * '
+                      f'{beam_size}' + (f' * {draft_width}' if speculate else ''))
+
+
+def _check_beam_only(settings: dict[str, Any]) -> None:
+  """Raises ConfigError for a setting DECODE='beam' would ignore."""
   for name, neutral in _SAMPLING_ONLY.items():
     if settings[name] != neutral:
       raise ConfigError(f"{name} ({name.upper()} in gin) does not apply to DECODE='beam' "
