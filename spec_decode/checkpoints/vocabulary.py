@@ -30,19 +30,21 @@ _FIELDS = {'sha256': str, 'vocab_size': int, 'file': str}
 _DEFAULT_OVERRIDE = 'allow_mismatch=True'
 
 
-def _vocabulary(vocabulary: Any) -> text_lib.Vocabulary:
-  """A path, a Vocabulary or anything with `sentencepiece_model_file` -> a Vocabulary."""
-  if isinstance(vocabulary, text_lib.Vocabulary):
-    return vocabulary
-  return text_lib.Vocabulary(getattr(vocabulary, 'sentencepiece_model_file', vocabulary),
-                             extra_ids=getattr(vocabulary, 'extra_ids', 0) or 0)
-
-
 def vocabulary_record(vocabulary: Any) -> dict[str, Any]:
-  """The sidecar's contents for a vocabulary (a model file path or a Vocabulary)."""
-  vocabulary = _vocabulary(vocabulary)
-  return {'sha256': vocabulary.fingerprint, 'vocab_size': vocabulary.vocab_size,
-          'file': posixpath.basename(vocabulary.sentencepiece_model_file)}
+  """The sidecar's contents for a vocabulary.
+
+  Args:
+    vocabulary: a SentencePiece model file, a Vocabulary or anything with
+      `sentencepiece_model_file` and `vocab_size` (seqio's), or a record
+      (its three fields are kept).
+  """
+  if isinstance(vocabulary, dict):
+    return {k: vocabulary[k] for k in _FIELDS}
+  if not hasattr(vocabulary, 'sentencepiece_model_file'):
+    vocabulary = text_lib.Vocabulary(vocabulary)
+  path = os.fspath(vocabulary.sentencepiece_model_file)
+  return {'sha256': text_lib.fingerprint(path), 'vocab_size': int(vocabulary.vocab_size),
+          'file': posixpath.basename(path)}
 
 
 def _directory(path: str | os.PathLike) -> str:
@@ -66,10 +68,10 @@ def write_vocabulary(checkpoint_dir: str | os.PathLike, vocabulary: Any) -> dict
 
   Args:
     checkpoint_dir: the checkpoint directory (created if needed).
-    vocabulary: the SentencePiece model file, a Vocabulary (its extra ids
-      count in vocab_size), or a record of `vocabulary_record`.
+    vocabulary: what `vocabulary_record` takes (a Vocabulary's extra ids
+      count in vocab_size).
   """
-  record = vocabulary if isinstance(vocabulary, dict) else vocabulary_record(vocabulary)
+  record = vocabulary_record(vocabulary)
   _kvstore(os.fspath(checkpoint_dir)).write(SIDECAR, json.dumps(record, indent=1) + '\n').result()
   return record
 
