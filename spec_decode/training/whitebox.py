@@ -301,10 +301,8 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
   workdir.mkdir(parents=True, exist_ok=True)
   manager = train_lib.checkpoint_manager(workdir)
   checks.run_vocabulary(manager.directory, vocabulary, allow)
-  if manager.latest_step() is None and cfg.init_checkpoint:
+  if manager.latest_step() is None:
     checks.checkpoint_vocabulary(cfg.init_checkpoint, vocabulary, allow)
-    checkpoints.check_vocabulary_pair(target_checkpoint, cfg.init_checkpoint,
-                                      allow_mismatch=allow, override=checks.VOCABULARY_OVERRIDE)
   target = models.T5Model(target_config, jax.device_put(
       checkpoints.load_params(target_checkpoint, target_config, dtype=jnp.float32)))
   tx = train_lib.optimizer(cfg.train_config())
