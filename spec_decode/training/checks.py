@@ -187,20 +187,27 @@ def run_vocabulary(checkpoint_dir: str | os.PathLike, vocabulary: Any,
       instead of failing.
 
   Raises:
-    ValueError: the run was recorded with another vocabulary.
+    ConfigError: the run was recorded with another vocabulary.
   """
   if checkpoints.read_vocabulary(checkpoint_dir) is None:
     checkpoints.write_vocabulary(checkpoint_dir, vocabulary)
   else:
-    checkpoints.check_vocabulary(checkpoint_dir, vocabulary, allow_mismatch=allow_mismatch,
-                                 override=VOCABULARY_OVERRIDE)
+    checkpoint_vocabulary(checkpoint_dir, vocabulary, allow_mismatch)
 
 
 def checkpoint_vocabulary(checkpoint: str | None, vocabulary: Any, allow_mismatch: bool) -> None:
-  """`spec_decode.checkpoints.check_vocabulary` of a checkpoint a run loads, if any."""
-  if checkpoint:
+  """`spec_decode.checkpoints.check_vocabulary` of a checkpoint a run loads, if any.
+
+  Raises:
+    ConfigError: its record names another vocabulary, or is damaged.
+  """
+  if not checkpoint:
+    return
+  try:
     checkpoints.check_vocabulary(checkpoint, vocabulary, allow_mismatch=allow_mismatch,
                                  override=VOCABULARY_OVERRIDE)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
 
 
 def divergence_inputs(target_logits: Any, draft_logits: Any, mask: Any, temperature: Any) -> None:
