@@ -11,7 +11,7 @@ from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import t5_1_1
 from spec_decode.t5.network import Transformer
 from spec_decode import data
-from spec_decode.training import batches
+from spec_decode.training import batches as batches_lib
 from spec_decode.training import tasks  # registers the demo tasks
 from spec_decode.training import train
 
@@ -32,7 +32,7 @@ def _example(in_len, tgt_len, max_in=16, max_tgt=8):
 def test_bucketed_batches_have_fixed_shapes_and_keep_all_tokens():
   cfg = train.TrainConfig(input_buckets=(4, 16), target_buckets=(4, 8), batch_tokens=40)
   lengths = [(3, 2), (10, 7), (4, 4), (16, 1), (2, 8), (1, 1)] * 20
-  batches = list(batches.bucketed_batches((_example(*l) for l in lengths), cfg))
+  batches = list(batches_lib.bucketed_batches((_example(*l) for l in lengths), cfg))
   shapes = {b['encoder_input_tokens'].shape + b['decoder_target_tokens'].shape for b in batches}
   assert shapes == {(5, 4, 5, 4), (1, 16, 1, 8), (2, 16, 2, 4), (3, 4, 3, 8)}
   # Each bucket yields whole batches; only a partly filled last batch is held.
