@@ -68,6 +68,10 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
   assert checkpoints.check_vocabulary(tmp_path / 'checkpoints' / '14', data.VOCAB_PATH)
   with pytest.raises(ConfigError, match='num_steps = 12, but .* already holds step 14'):
     train.train(model, cfg, tmp_path)
+  # The export carries the run's record.
+  train.export(model, cfg, tmp_path, str(tmp_path / 't5x'), dtype='float32')
+  assert checkpoints.read_vocabulary(tmp_path / 't5x')['path'] == str(tmp_path / 't5x' /
+                                                                     'vocabulary.json')
 
 
 def test_adafactor_run_starts_from_a_t5x_checkpoint(tmp_path):
