@@ -119,7 +119,7 @@ def _mismatch(message: str, allow_mismatch: bool) -> None:
   warnings.warn(message, stacklevel=3)
 
 
-def check_vocabulary(checkpoint: str | os.PathLike, vocabulary: Any, *,
+def check_vocabulary(checkpoint_dir: str | os.PathLike, vocabulary_path: Any, *,
                      allow_mismatch: bool = False,
                      override: str = _DEFAULT_OVERRIDE) -> dict[str, Any] | None:
   """Checks that a checkpoint was trained with this vocabulary.
@@ -132,9 +132,9 @@ def check_vocabulary(checkpoint: str | os.PathLike, vocabulary: Any, *,
                                  override='--allow_vocabulary_mismatch')
 
   Args:
-    checkpoint: the checkpoint directory or file (any format `load_params`
-      reads).
-    vocabulary: the SentencePiece model file (local or gs://), or a
+    checkpoint_dir: the checkpoint directory, or a checkpoint file (any
+      format `load_params` reads).
+    vocabulary_path: the SentencePiece model file (local or gs://), or a
       Vocabulary (anything with `sentencepiece_model_file`).
     allow_mismatch: a mismatch is a warning instead of an error.
     override: how the caller's user allows a mismatch, named in the message
@@ -149,32 +149,33 @@ def check_vocabulary(checkpoint: str | os.PathLike, vocabulary: Any, *,
       files, both fingerprints and `override`; or a damaged record.
     FileNotFoundError: no vocabulary file.
   """
-  record = read_vocabulary(checkpoint)
+  record = read_vocabulary(checkpoint_dir)
   if record is None:
     return None
-  path = getattr(vocabulary, 'sentencepiece_model_file', vocabulary)
+  path = getattr(vocabulary_path, 'sentencepiece_model_file', vocabulary_path)
   sha256 = text_lib.fingerprint(path)
   if sha256 != record['sha256']:
     _mismatch(f'vocabulary mismatch: {os.fspath(path)} has sha256 {sha256}, but checkpoint '
-              f'{os.fspath(checkpoint)} was trained with {record["file"]}, sha256 '
+              f'{os.fspath(checkpoint_dir)} was trained with {record["file"]}, sha256 '
               f'{record["sha256"]} ({record["path"]}); the same ids are other pieces there, so '
               f'its text would be garbage. Use the vocabulary it was trained with, or '
               f'{override} to go on anyway.', allow_mismatch)
   return record
 
 
-def check_vocabulary_pair(target: str | os.PathLike, draft: str | os.PathLike, *,
+def check_vocabulary_pair(target_dir: str | os.PathLike, draft_dir: str | os.PathLike, *,
                           allow_mismatch: bool = False,
                           override: str = _DEFAULT_OVERRIDE) -> None:
   """Checks that a target and a draft checkpoint were trained with one vocabulary.
 
-  Speculative decoding compares p and q id by id, so a draft of another
-  vocabulary is rejected (almost) always; distilling it teaches it nonsense.
+  Speculative decoding compares p and q id by id: a draft of another
+  vocabulary proposes ids that mean other pieces to the target, which
+  rejects them almost always.
   Nothing is checked when either checkpoint has no record.
 
   Args:
-    target: the target's checkpoint directory or file.
-    draft: the draft's.
+    target_dir: the target's checkpoint directory or file.
+    draft_dir: the draft's.
     allow_mismatch: a mismatch is a warning instead of an error.
     override: how the caller's user allows a mismatch, named in the message.
 
@@ -182,10 +183,10 @@ def check_vocabulary_pair(target: str | os.PathLike, draft: str | os.PathLike, *
     ValueError: the recorded fingerprints differ (without allow_mismatch),
       naming both checkpoints, their vocabulary files and fingerprints.
   """
-  records = read_vocabulary(target), read_vocabulary(draft)
+  records = read_vocabulary(target_dir), read_vocabulary(draft_dir)
   if None in records or records[0]['sha256'] == records[1]['sha256']:
     return
-  (p, q), names = records, (os.fspath(target), os.fspath(draft))
+  (p, q), names = records, (os.fspath(target_dir), os.fspath(draft_dir))
   _mismatch(f'vocabulary mismatch: the target {names[0]} was trained with {p["file"]} (sha256 '
             f'{p["sha256"]}), the draft {names[1]} with {q["file"]} (sha256 {q["sha256"]}); '
             f'their token ids do not mean the same pieces. Use a draft trained with the '
