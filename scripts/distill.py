@@ -11,12 +11,18 @@ sampled (--temperature); outputs that reach max_decode_len without EOS are
 dropped (and counted), or kept with their ids with --keep_unfinished (for
 white-box distillation only; the seqio task skips them). The
 records go to OUT_DIR/train.jsonl and OUT_DIR/validation.jsonl, which
-gin/runs/distill.gin trains a draft on (spec_decode.training.distill).
+gin/runs/distill.gin trains a draft on (spec_decode.training.distill), with
+OUT_DIR/vocabulary.json, the vocabulary their ids belong to (the bundled one;
+a checkpoint recorded with another is refused unless
+--allow_vocabulary_mismatch).
 """
 
 import argparse
+import math
 import sys
 
+from spec_decode import checkpoints
+from spec_decode import data
 from spec_decode.harness import loading
 from spec_decode.training import distill
 
@@ -24,8 +30,9 @@ from spec_decode.training import distill
 def parse_spec(spec: str) -> tuple[str, str, int | None]:
   """'TASK:SPLIT[:N]' -> (task, split, n or None)."""
   parts = spec.split(':')
-  if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].isdigit()):
-    raise SystemExit(f'error: {spec!r} is not TASK:SPLIT or TASK:SPLIT:N')
+  if len(parts) not in (2, 3) or (len(parts) == 3 and not (parts[2].isdigit()
+                                                           and int(parts[2]) >= 1)):
+    raise SystemExit(f'error: {spec!r} is not TASK:SPLIT or TASK:SPLIT:N with N >= 1')
   return parts[0], parts[1], int(parts[2]) if len(parts) == 3 else None
 
 
@@ -44,8 +51,26 @@ def main() -> None:
   parser.add_argument('--seed', type=int, default=0, help='of the random subsets and the samples')
   parser.add_argument('--keep_unfinished', action='store_true',
                       help='keep outputs without EOS (white-box distillation learns their prefixes)')
+  parser.add_argument('--allow_vocabulary_mismatch', action='store_true',
+                      help='warn instead of failing when the checkpoint records another '
+                      'vocabulary than the bundled one')
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args()
+  for name, value, minimum in (('--max_input_len', args.max_input_len, 2),
+                               ('--max_decode_len', args.max_decode_len, 1),
+                               ('--batch_size', args.batch_size, 1)):
+    if value < minimum:
+      parser.error(f'{name} {value}: must be >= {minimum}')
+  if not (math.isfinite(args.temperature) and args.temperature >= 0):
+    parser.error(f'--temperature {args.temperature}: must be a finite number >= 0')
+  for spec in args.train + args.validation:
+    parse_spec(spec)
+  try:
+    checkpoints.check_vocabulary(args.checkpoint, data.VOCAB_PATH,
+                                 allow_mismatch=args.allow_vocabulary_mismatch,
+                                 override='--allow_vocabulary_mismatch')
+  except ValueError as e:
+    parser.error(str(e))
 
   target = loading.load_model(args.config, args.checkpoint)
   for split, specs in (('train', args.train), ('validation', args.validation)):
@@ -63,6 +88,7 @@ def main() -> None:
       records += kept
     distill.write_split(f'{args.out_dir}/{split}.jsonl', records)
     print(f'{args.out_dir}/{split}.jsonl: {len(records)} records', file=sys.stderr)
+  checkpoints.write_vocabulary(args.out_dir, data.VOCAB_PATH)
 
 
 if __name__ == '__main__':

@@ -11,10 +11,18 @@ and their output tokens back into texts:
   vocab = Vocabulary(demo.VOCABULARY)
   inputs = vocab.encode_batch(['translate English to German: A dog runs.'])  # [1, 16]
   texts = vocab.decode_batch(out.tokens)
+
+`fingerprint(path)` (and `Vocabulary.fingerprint`) identifies a SentencePiece
+model by the sha256 of its file: two models of the same size from different
+trainings map the same ids to different pieces, and a checkpoint records the
+fingerprint of the vocabulary it was trained with
+(`spec_decode.checkpoints.check_vocabulary`).
 """
 
 import functools
+import hashlib
 import os
+import posixpath
 from typing import Sequence
 
 import numpy as np
@@ -23,6 +31,29 @@ import sentencepiece as spm
 PAD_ID = 0
 EOS_ID = 1
 BATCH_MULTIPLE = 16  # encode_batch rounds the common length up to this
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+  """The sha256 of a SentencePiece model file's bytes (its serialized proto), hex.
+
+  Args:
+    path: the model file, local or a URL tensorstore reads (gs://...).
+
+  Raises:
+    FileNotFoundError: no such file.
+  """
+  path = os.fspath(path)
+  if '://' not in path:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f'vocabulary file not found: {path}')
+    with open(path, 'rb') as f:
+      return hashlib.sha256(f.read()).hexdigest()
+  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  directory, name = posixpath.split(path)
+  data = ts.KvStore.open(directory + '/').result().read(name).result()
+  if data.state != 'value':
+    raise FileNotFoundError(f'vocabulary file not found: {path}')
+  return hashlib.sha256(bytes(data.value)).hexdigest()
 
 
 class Vocabulary:
@@ -55,6 +86,12 @@ class Vocabulary:
       raise ValueError(f'vocabulary file {self.sentencepiece_model_file}: pad and EOS ids are '
                        f'{model.pad_id()} and {model.eos_id()}, T5 needs {PAD_ID} and {EOS_ID}')
     return model
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """`fingerprint` of the model file (read once; the file must be a SentencePiece model)."""
+    _ = self._model  # a file that is not a SentencePiece model raises here
+    return fingerprint(self.sentencepiece_model_file)
 
   @property
   def vocab_size(self) -> int:

@@ -17,11 +17,14 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import safetensors.numpy
+import sentencepiece as spm
 import tensorstore as ts
 from flax import traverse_util
 
 from spec_decode import checkpoints
+from spec_decode import data
 from spec_decode import models
+from spec_decode import text
 from spec_decode.t5 import config as config_lib
 from spec_decode.t5 import network
 from tests import tolerances
@@ -416,3 +419,84 @@ def test_t5model_load_reads_each_format_onto_the_device(params, tmp_path):
                                            np.float32))
   with pytest.raises(ValueError, match='vocab'):
     models.T5Model.load(directory, config_lib.t5_1_1('tiny', vocab_size=101))
+
+
+# --- The vocabulary record -----------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def other_vocabulary(tmp_path_factory):
+  """A SentencePiece model of another training."""
+  directory = tmp_path_factory.mktemp('other_vocabulary')
+  corpus = directory / 'corpus.txt'
+  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
+  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(directory / 'other'),
+                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  return str(directory / 'other.model')
+
+
+def test_write_t5x_records_the_vocabulary_and_check_vocabulary_compares_it(
+    params, tmp_path, other_vocabulary):
+  path = str(tmp_path / 'ckpt')
+  checkpoints.write_t5x(path, params, vocabulary=data.VOCAB_PATH)
+  record = json.loads((tmp_path / 'ckpt' / checkpoints.SIDECAR).read_text())
+  assert record == {'sha256': text.fingerprint(data.VOCAB_PATH), 'vocab_size': 8192,
+                    'file': 'spm_8k.model'}
+  _assert_same_logits(checkpoints.load_params(path, CONFIG), params)
+  for where in (path, path + '/checkpoint'):
+    assert checkpoints.check_vocabulary(where, data.VOCAB_PATH)['sha256'] == record['sha256']
+  with pytest.raises(ValueError) as error:
+    checkpoints.check_vocabulary(path, other_vocabulary, override='--allow_vocabulary_mismatch')
+  for name in (other_vocabulary, path, 'spm_8k.model', record['sha256'],
+               text.fingerprint(other_vocabulary), '--allow_vocabulary_mismatch'):
+    assert name in str(error.value)
+  with pytest.warns(UserWarning, match='vocabulary mismatch'):
+    assert checkpoints.check_vocabulary(path, other_vocabulary, allow_mismatch=True)
+  # Without a record (T5X's own checkpoints, Hugging Face's) there is nothing to check.
+  checkpoints.write_t5x(str(tmp_path / 'plain'), params)
+  assert not (tmp_path / 'plain' / checkpoints.SIDECAR).exists()
+  assert checkpoints.check_vocabulary(str(tmp_path / 'plain'), other_vocabulary) is None
+
+
+def test_write_t5x_checks_the_vocabulary_before_writing(params, tmp_path):
+  with pytest.raises(FileNotFoundError, match='/nonexistent/spm.model'):
+    checkpoints.write_t5x(str(tmp_path / 'ckpt'), params, vocabulary='/nonexistent/spm.model')
+  assert not (tmp_path / 'ckpt').exists()
+
+
+def test_an_orbax_step_takes_its_runs_record_and_a_damaged_record_is_named(tmp_path):
+  step = tmp_path / 'checkpoints' / '1200'
+  step.mkdir(parents=True)
+  checkpoints.write_vocabulary(tmp_path / 'checkpoints', data.VOCAB_PATH)
+  assert checkpoints.read_vocabulary(step)['path'] == str(tmp_path / 'checkpoints' /
+                                                         checkpoints.SIDECAR)
+  (step / checkpoints.SIDECAR).write_text('{"sha256": 3}')
+  with pytest.raises(ValueError, match=f'{step / checkpoints.SIDECAR} needs string "sha256"'):
+    checkpoints.read_vocabulary(step)
+  (step / checkpoints.SIDECAR).write_text('{')
+  with pytest.raises(ValueError, match='is not JSON'):
+    checkpoints.check_vocabulary(step, data.VOCAB_PATH)
+
+
+def test_check_vocabulary_pair(tmp_path, other_vocabulary):
+  for name, vocabulary in (('target', data.VOCAB_PATH), ('draft', data.VOCAB_PATH),
+                           ('other', other_vocabulary)):
+    checkpoints.write_vocabulary(tmp_path / name, vocabulary)
+  (tmp_path / 'unrecorded').mkdir()
+  checkpoints.check_vocabulary_pair(tmp_path / 'target', tmp_path / 'draft')
+  checkpoints.check_vocabulary_pair(tmp_path / 'target', tmp_path / 'unrecorded')
+  with pytest.raises(ValueError) as error:
+    checkpoints.check_vocabulary_pair(tmp_path / 'target', tmp_path / 'other')
+  for name in (tmp_path / 'target', tmp_path / 'other', 'spm_8k.model', 'other.model',
+               text.fingerprint(other_vocabulary), text.fingerprint(data.VOCAB_PATH)):
+    assert str(name) in str(error.value)
+  with pytest.warns(UserWarning, match='vocabulary mismatch'):
+    checkpoints.check_vocabulary_pair(tmp_path / 'target', tmp_path / 'other', allow_mismatch=True)
+
+
+@pytest.mark.parametrize('name', ['target', 'draft_large', 'draft_small'])
+def test_the_bundled_models_record_the_bundled_vocabulary(name, other_vocabulary):
+  path = data.DATA_DIR / 'models' / name
+  assert checkpoints.check_vocabulary(path, data.VOCAB_PATH)['file'] == 'spm_8k.model'
+  with pytest.raises(ValueError, match='vocabulary mismatch'):
+    checkpoints.check_vocabulary(path, other_vocabulary)

@@ -6,14 +6,17 @@ import gin
 import jax
 import numpy as np
 import pytest
+import sentencepiece as spm
 import seqio
 
 from spec_decode import acceptance
+from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import text
 from spec_decode.training import distill
 from spec_decode.training import tasks
 from spec_decode.training import train
+from tests import script_runner
 
 RECORDS = [
     {'inputs': 'translate English to German: A dog runs.', 'targets': 'Ein Hund rennt.',
@@ -136,3 +139,54 @@ def test_distill_gin_trains_a_draft_on_the_records(tmp_path):
     gin.clear_config()
   log = [json.loads(line) for line in open(tmp_path / 'run' / 'log.jsonl')]
   assert [r['step'] for r in log if 'eval_loss' in r] == [2]
+  # The run recorded the vocabulary of its task, the bundled one.
+  assert checkpoints.read_vocabulary(tmp_path / 'run' / 'checkpoints')['file'] == 'spm_8k.model'
+
+
+def test_distill_gin_refuses_zero_steps_before_anything_runs(tmp_path, capsys):
+  for split in distill.SPLITS:
+    distill.write_split(tmp_path / f'{split}.jsonl', RECORDS)
+  gin.clear_config()
+  try:
+    status = train.main([
+        '--gin_file=runs/distill.gin', '--gin_file=models/demo/draft_small.gin',
+        '--gin.MODEL_CONFIG=@demo_draft_small/t5.T5Config()',
+        f"--gin.WORKDIR='{tmp_path / 'run'}'", f"--gin.DISTILL_DIR='{tmp_path}'",
+        '--gin.NUM_STEPS=0'])
+  finally:
+    gin.clear_config()
+  assert status == 1
+  assert 'TrainConfig.num_steps = 0: must be an integer >= 1' in capsys.readouterr().err
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--max_decode_len', '0'], '--max_decode_len 0: must be >= 1'),
+    (['--temperature', 'nan'], '--temperature nan: must be a finite number >= 0'),
+    (['--batch_size', '-1'], '--batch_size -1: must be >= 1'),
+])
+def test_distill_script_refuses_bad_settings(tmp_path, flags, message):
+  result = script_runner.run(
+      'distill.py', '--config', 'demo_target', '--checkpoint', str(data.DATA_DIR / 'models' /
+                                                                   'target'),
+      '--train', 'demo_multi30k:train:2', '--validation', 'demo_multi30k:validation:2',
+      '--out_dir', str(tmp_path / 'out'), *flags)
+  assert result.returncode == 2 and message in result.stderr
+  assert not (tmp_path / 'out').exists()
+
+
+def test_distill_script_refuses_a_checkpoint_of_another_vocabulary_and_records_its_own(tmp_path):
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
+  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / 'other'),
+                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  checkpoints.write_vocabulary(tmp_path / 'other_target', tmp_path / 'other.model')
+  args = ['--config', 'demo_target', '--train', 'demo_multi30k:train:2', '--validation',
+          'demo_multi30k:validation:2', '--max_decode_len', '8', '--out_dir', str(tmp_path / 'out')]
+  result = script_runner.run('distill.py', '--checkpoint', str(tmp_path / 'other_target'), *args)
+  assert result.returncode == 2
+  assert 'other.model' in result.stderr and '--allow_vocabulary_mismatch' in result.stderr
+  result = script_runner.run('distill.py', '--checkpoint',
+                             str(data.DATA_DIR / 'models' / 'target'), *args)
+  assert result.returncode == 0, result.stderr
+  assert checkpoints.check_vocabulary(tmp_path / 'out', data.VOCAB_PATH)['file'] == 'spm_8k.model'

@@ -1,5 +1,7 @@
 """Tests for spec_decode.text: the vocabulary with T5's conventions."""
 
+import hashlib
+
 import numpy as np
 import pytest
 import sentencepiece as spm
@@ -56,3 +58,26 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_named(tmp_path):
   bad.write_bytes(b'not a model')
   with pytest.raises(ValueError, match=f'{bad}: not a SentencePiece model'):
     text.Vocabulary(bad).vocab_size
+
+
+def test_fingerprint_is_the_sha256_of_the_file_and_tells_two_trainings_apart(vocab, tmp_path):
+  bundled = data.VOCAB_PATH.read_bytes()
+  assert text.fingerprint(data.VOCAB_PATH) == hashlib.sha256(bundled).hexdigest()
+  assert vocab.fingerprint == text.fingerprint(data.VOCAB_PATH)
+  assert text.fingerprint(f'file://{data.VOCAB_PATH}') == vocab.fingerprint
+  copy = tmp_path / 'copy.model'
+  copy.write_bytes(bundled)
+  assert text.Vocabulary(copy).fingerprint == vocab.fingerprint
+  # Another training of the same size: the same ids are other pieces.
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
+  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / 'other'),
+                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  other = text.Vocabulary(tmp_path / 'other.model')
+  assert other.fingerprint != vocab.fingerprint and len(other.fingerprint) == 64
+  with pytest.raises(FileNotFoundError, match='vocabulary file not found: /nonexistent'):
+    text.fingerprint('/nonexistent/spm.model')
+  bad = tmp_path / 'bad.model'
+  bad.write_bytes(b'not a model')
+  with pytest.raises(ValueError, match='not a SentencePiece model'):
+    text.Vocabulary(bad).fingerprint

@@ -92,12 +92,12 @@ def test_tvd_is_one_minus_beta():
 
 @pytest.mark.parametrize('change, message', [
     (dict(divergence='kl'), 'unknown divergence'),
-    (dict(temperature=0.0), 'temperature must be > 0'),
+    (dict(temperature=0.0), r'temperature = 0.0: must be a finite number > 0'),
     (dict(distilled_weight=0.5), 'needs distill_dir'),
     (dict(reference_weight=0.0, on_policy_weight=0.0), 'one of them > 0'),
     (dict(tasks=(('demo_nope', 1.0),)), 'tasks are'),
     (dict(max_decode_len=65), 'max_decode_len'),
-    (dict(train_seconds=0), 'train_seconds must be > 0'),
+    (dict(train_seconds=0), r'train_seconds = 0: must be a finite number > 0'),
 ])
 def test_bad_settings_are_config_errors(change, message):
   with pytest.raises(ConfigError, match=message):
@@ -173,6 +173,8 @@ def test_tiny_run_raises_alpha_with_on_policy_data_and_resumes(tmp_path):
   log = [json.loads(line) for line in open(tmp_path / 'run' / 'log.jsonl')]
   assert [r['step'] for r in log if 'eval_alpha' in r] == [0, 30, 32]
   exported = checkpoints.load_params(str(tmp_path / 'export'), draft_config, dtype='bfloat16')
+  assert checkpoints.check_vocabulary(tmp_path / 'export', distill.vocabulary())['path'] == str(
+      tmp_path / 'export' / 'vocabulary.json')
   for got, want in zip(jax.tree.leaves(exported), jax.tree.leaves(state.params)):
     np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype))
   with pytest.raises(ConfigError, match='not empty'):

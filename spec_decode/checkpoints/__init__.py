@@ -22,6 +22,11 @@ Formats:
 
 Writes are committed last: `write_t5x` writes the msgpack file after every array,
 so an interrupted save leaves a directory that no reader takes for a checkpoint.
+
+The vocabulary a checkpoint was trained with (`spec_decode.checkpoints.vocabulary`,
+here too): our writers record its fingerprint in `vocabulary.json` beside the
+arrays; `check_vocabulary(checkpoint, vocabulary_file)` and
+`check_vocabulary_pair(target, draft)` compare the records.
 """
 
 import functools
@@ -42,6 +47,9 @@ from spec_decode.checkpoints.hf import (  # noqa: F401
     HF_FILE, HF_INDEX, check_hf_json, hf_config, hf_names, read_hf, write_hf)
 from spec_decode.checkpoints.param_trees import (  # noqa: F401
     Params, cast, check_params, expected_shapes, flatten, unflatten)
+from spec_decode.checkpoints.vocabulary import (  # noqa: F401
+    SIDECAR, check_vocabulary, check_vocabulary_pair, read_vocabulary, vocabulary_record,
+    write_vocabulary)
 from spec_decode.t5.config import T5Config
 
 T5X_VERSION = 3  # Since 2021: bfloat16 is stored as zarr 'bfloat16', not uint16.
@@ -215,12 +223,13 @@ def _chunk_shape(shape: tuple[int, ...], itemsize: int) -> list[int]:
   return chunks
 
 
-def write_t5x(path: str, params: Params, step: int = 0, dtype=None) -> None:
+def write_t5x(path: str, params: Params, step: int = 0, dtype=None,
+              vocabulary: Any = None) -> None:
   """Writes `params` as a T5X checkpoint (an InferenceState: no optimizer slots).
 
-  Every parameter is a gzip zarr array `target.<name with dots>/`; the msgpack
-  file `checkpoint` = {'version': 3, 'optimizer': {'target': specs, 'state':
-  {'step': int32}}} is written last.
+  Every parameter is a gzip zarr array `target.<name with dots>/`; the
+  vocabulary's record `vocabulary.json` next; the msgpack file `checkpoint` =
+  {'version': 3, 'optimizer': {'target': specs, 'state': {'step': int32}}} last.
 
   Args:
     path: the checkpoint directory to create (e.g. .../checkpoint_1000), local
@@ -228,10 +237,14 @@ def write_t5x(path: str, params: Params, step: int = 0, dtype=None) -> None:
     params: the parameter tree (numpy or jax arrays).
     step: the training step recorded in `state/step`.
     dtype: dtype to store the parameters in (e.g. 'bfloat16'); None keeps theirs.
+    vocabulary: the SentencePiece model file (or Vocabulary) the parameters
+      were trained with, recorded by `write_vocabulary` for `check_vocabulary`;
+      None records nothing.
   """
   path = os.fspath(path).rstrip('/')
   if _entries(path):
     raise FileExistsError(f'{path} exists and is not empty')
+  record = None if vocabulary is None else vocabulary_record(vocabulary)  # before any write
   kvstore = _kvstore(path)
   # T5X records gs:// arrays under a dummy bucket, set again on reading.
   recorded = ({'driver': 'gcs', 'bucket': 't5x-dummy-bucket'} if kvstore['driver'] == 'gcs'
@@ -248,6 +261,8 @@ def write_t5x(path: str, params: Params, step: int = 0, dtype=None) -> None:
     writes.append(store.write(x))
   for future in writes:
     future.result()
+  if record is not None:
+    write_vocabulary(path, record)
   contents = {'version': T5X_VERSION,
               'optimizer': {'target': unflatten(specs), 'state': {'step': np.int32(step)}}}
   ts.KvStore.open(kvstore).result().write(

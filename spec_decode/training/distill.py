@@ -36,7 +36,7 @@ from spec_decode import data
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import text as text_lib
-from spec_decode.training import train as train_lib
+from spec_decode.training import batches as batches_lib
 
 SPLITS = ('train', 'validation')
 
@@ -252,12 +252,12 @@ class Mixture:
             'on_policy_eos': float(np.mean([y[-1:] == [text_lib.EOS_ID] for _, y in self.pool]))}
 
   def batches(self) -> Iterator[dict[str, np.ndarray]]:
-    """The examples in length buckets (`spec_decode.training.train.bucketed_batches`).
+    """The examples in length buckets (`spec_decode.training.batches.bucketed_batches`).
 
     Yields:
       encoder_input_tokens [rows, Li], decoder_input_tokens and
       decoder_loss_weights [rows, Lt].
     """
     sizes = (self.cfg.input_buckets[-1], self.cfg.target_buckets[-1])
-    return train_lib.bucketed_batches((_features(e, *sizes) for e in self.examples),
+    return batches_lib.bucketed_batches((_features(e, *sizes) for e in self.examples),
                                       self.cfg.train_config())

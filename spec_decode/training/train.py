@@ -8,7 +8,10 @@ so batches are grouped by length: each example goes to the smallest
 shape. Checkpoints (params, optimizer state, step) are saved with orbax every
 `checkpoint_every` steps and training resumes from the latest one; a new run
 may start from the parameters of any checkpoint `load_params` reads
-(`init_checkpoint`). The optimizer is AdamW or T5's Adafactor. A JSONL log
+(`init_checkpoint`). The run records its vocabulary (the mixture's) in
+WORKDIR/checkpoints/vocabulary.json, and a resumed run or an init_checkpoint
+recorded with another one is an error (`ALLOW_VOCABULARY_MISMATCH` in gin). The
+optimizer is AdamW or T5's Adafactor. A JSONL log
 records train and eval loss for the loss curves.
 
 On the demo pair, Adafactor (relative step 1e-2) lowered the validation loss
@@ -17,13 +20,12 @@ and AdamW's absolute steps of ~1e-3 barely move them (their RMS was still 0.99
 after 2700 steps), while Adafactor scales each update by its parameter's RMS.
 """
 
-import concurrent.futures
 import dataclasses
 import functools
 import json
 import pathlib
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import flax.struct
 import jax
@@ -38,13 +40,15 @@ from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
+from spec_decode.training import batches as batches_lib
+from spec_decode.training import checks
 
-Batch = dict[str, np.ndarray]
+Batch = batches_lib.Batch
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Hyperparameters of one training run.
+  """Hyperparameters of one training run, each checked when it is built.
 
   Attributes:
     mixture: seqio task or mixture name (e.g. 'demo_mix').
@@ -83,8 +87,11 @@ class TrainConfig:
   seed: int = 0
   init_checkpoint: str | None = None
 
+  def __post_init__(self):
+    checks.train_config(self)
 
-OPTIMIZERS = ('adamw', 'adafactor')
+
+OPTIMIZERS = checks.OPTIMIZERS
 
 
 @flax.struct.dataclass
@@ -107,9 +114,6 @@ def optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 
   AdamW clips the global gradient norm at 1; Adafactor clips each update's
   RMS at 1, as T5 does.
-
-  Raises:
-    ConfigError: an unknown `cfg.optimizer`.
   """
   schedule = optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
@@ -117,10 +121,8 @@ def optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
   if cfg.optimizer == 'adamw':
     return optax.chain(optax.clip_by_global_norm(1.0),
                        optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
-  if cfg.optimizer == 'adafactor':
-    return optax.adafactor(schedule, decay_rate=0.8, multiply_by_parameter_scale=True,
-                           clipping_threshold=1.0)
-  raise ConfigError(f'unknown optimizer {cfg.optimizer!r}; choose one of {OPTIMIZERS}')
+  return optax.adafactor(schedule, decay_rate=0.8, multiply_by_parameter_scale=True,
+                         clipping_threshold=1.0)
 
 
 def loss_fn(params: Any, model: Transformer, batch: Batch, z_loss: float, dropout_rng=None):
@@ -170,68 +172,6 @@ def eval_step(params: Any, batch: Batch, *, model: Transformer):
   return loss_fn(params, model, batch, 0.0)[1]
 
 
-def _bucket(length: int, boundaries: tuple[int, ...]) -> int:
-  for boundary in boundaries:
-    if length <= boundary:
-      return boundary
-  return boundaries[-1]
-
-
-def bucketed_batches(examples: Iterator[Batch], cfg: TrainConfig) -> Iterator[Batch]:
-  """Groups converted examples into length buckets of fixed batch shapes.
-
-  Args:
-    examples: single examples from EncDecFeatureConverter, padded to the
-      largest buckets (encoder_input_tokens [Si], decoder_* [St]).
-    cfg: bucket boundaries and the token budget per batch.
-
-  Yields:
-    Batches with arrays [rows, Li] and [rows, Lt] for a bucket (Li, Lt), where
-    rows = batch_tokens // (Li + Lt).
-  """
-  pending: dict[tuple[int, int], list[Batch]] = {}
-  for ex in examples:
-    in_len = int(np.count_nonzero(ex['encoder_input_tokens']))
-    tgt_len = int(np.count_nonzero(ex['decoder_loss_weights']))
-    key = (_bucket(in_len, cfg.input_buckets), _bucket(tgt_len, cfg.target_buckets))
-    group = pending.setdefault(key, [])
-    group.append(ex)
-    if len(group) == max(1, cfg.batch_tokens // sum(key)):
-      del pending[key]
-      yield {name: np.stack([e[name][:key[0] if name.startswith('encoder') else key[1]]
-                             for e in group]) for name in group[0]}
-
-
-def compile_buckets(step: Callable[[TrainState, Batch], Any], state: TrainState,
-                    cfg: TrainConfig) -> None:
-  """Compiles `step` for every bucket shape at once, in threads, before training.
-
-  The loop meets the (input, target) bucket shapes one at a time, and each
-  first meeting compiles: on an accelerator ~10-40 s per shape against
-  ~20 ms per step after it. Here each shape's step runs once, side by side, on
-  an all-ones batch and a copy of `state` (the step may donate it); their
-  results are dropped. `step` must be the very callable the loop calls, so
-  that the loop finds these compiled programs.
-
-  Args:
-    step: (state, batch) -> anything; jitted inside.
-    state: the state the loop starts from (left untouched).
-    cfg: batch_tokens and the buckets.
-  """
-  shapes = [(li, lt) for li in cfg.input_buckets for lt in cfg.target_buckets]
-
-  def run(shape: tuple[int, int]) -> None:
-    li, lt = shape
-    rows = max(1, cfg.batch_tokens // (li + lt))
-    batch = {'encoder_input_tokens': np.ones((rows, li), np.int32),
-             'decoder_input_tokens': np.ones((rows, lt), np.int32),
-             'decoder_loss_weights': np.ones((rows, lt), np.int32)}
-    jax.block_until_ready(step(jax.tree.map(jnp.copy, state), batch))
-
-  with concurrent.futures.ThreadPoolExecutor(len(shapes)) as pool:
-    list(pool.map(run, shapes))  # re-raises a step's error
-
-
 def dataset(cfg: TrainConfig, split: str, *, shuffle: bool, seed: int) -> Iterator[Batch]:
   """Bucketed batches of a seqio task/mixture split (repeats when shuffled)."""
   # Imported here: seqio loads TensorFlow (~7 s), which spec_decode.training.whitebox,
@@ -242,7 +182,7 @@ def dataset(cfg: TrainConfig, split: str, *, shuffle: bool, seed: int) -> Iterat
       sequence_length=lengths, split=split, shuffle=shuffle, seed=seed,
       num_epochs=None if shuffle else 1)
   ds = seqio.EncDecFeatureConverter(pack=False)(ds, lengths)
-  return bucketed_batches(ds.prefetch(1024).as_numpy_iterator(), cfg)
+  return batches_lib.bucketed_batches(ds.prefetch(1024).as_numpy_iterator(), cfg)
 
 
 def init_state(model: Transformer, tx: optax.GradientTransformation, seed: int) -> TrainState:
@@ -251,23 +191,41 @@ def init_state(model: Transformer, tx: optax.GradientTransformation, seed: int) 
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def train(model_config: T5Config, cfg: TrainConfig, workdir: str) -> TrainState:
+def train(model_config: T5Config, cfg: TrainConfig, workdir: str,
+          allow_vocabulary_mismatch: bool = False) -> TrainState:
   """Trains (or resumes) a model; returns the final state.
 
   Args:
     model_config: the network's sizes (dropout_rate applies in training).
     cfg: the run's hyperparameters.
-    workdir: holds `checkpoints/` (orbax) and `log.jsonl` (losses).
+    workdir: holds `checkpoints/` (orbax, and the run's vocabulary.json) and
+      `log.jsonl` (losses).
+    allow_vocabulary_mismatch: a resumed run or an init_checkpoint recorded
+      with another vocabulary than the mixture's warns instead of failing.
 
   Returns:
     The TrainState after `cfg.num_steps` steps.
+
+  Raises:
+    ConfigError: a vocabulary larger than model_config.vocab_size, or a
+      workdir already past `cfg.num_steps`.
+    ValueError: a vocabulary mismatch (see `checks.run_vocabulary`).
   """
+  import seqio  # pylint: disable=g-import-not-at-top  (loads TensorFlow, see `dataset`)
+  vocabulary = seqio.get_mixture_or_task(cfg.mixture).output_features['targets'].vocabulary
+  checks.model_vocabulary(model_config, vocabulary, 'the model config')
   workdir = pathlib.Path(workdir).absolute()
   workdir.mkdir(parents=True, exist_ok=True)
   model, tx = Transformer(model_config), optimizer(cfg)
   manager = checkpoint_manager(workdir)
+  checks.run_vocabulary(manager.directory, vocabulary, allow_vocabulary_mismatch)
+  if manager.latest_step() is None:
+    checks.checkpoint_vocabulary(cfg.init_checkpoint, vocabulary, allow_vocabulary_mismatch)
   state = start_state(manager, model_config, tx, cfg.seed, cfg.init_checkpoint)
   start = int(state.step)
+  if start > cfg.num_steps:
+    raise ConfigError(f'num_steps = {cfg.num_steps}, but {workdir} already holds step {start}: '
+                      'raise num_steps or start a new WORKDIR')
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'{n_params / 1e6:.1f}M parameters; steps {start} -> {cfg.num_steps}', flush=True)
 
@@ -351,7 +309,8 @@ def export(model_config: T5Config, cfg: TrainConfig, workdir: str, output_dir: s
     model_config: the trained network's sizes.
     cfg: the run's hyperparameters (for the optimizer state's structure).
     workdir: the run's directory (see `train`).
-    output_dir: the T5X checkpoint directory to write.
+    output_dir: the T5X checkpoint directory to write, with the run's
+      vocabulary record when it has one.
     dtype: stored parameter dtype ('bfloat16' halves the size).
   """
   if output_dir is None:
@@ -361,7 +320,7 @@ def export(model_config: T5Config, cfg: TrainConfig, workdir: str, output_dir: s
     raise ConfigError(f'no checkpoint to export in {workdir}/checkpoints')
   state = _restore_or_init(manager, Transformer(model_config), optimizer(cfg), cfg.seed)
   checkpoints.write_t5x(output_dir, jax.device_get(state.params), step=int(state.step),
-                        dtype=dtype)
+                        dtype=dtype, vocabulary=checkpoints.read_vocabulary(manager.directory))
   print(f'wrote step {int(state.step)} to {output_dir} ({dtype})')
 
 

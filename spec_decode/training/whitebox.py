@@ -46,11 +46,12 @@ from spec_decode import acceptance
 from spec_decode import checkpoints
 from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
-from spec_decode import data
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
+from spec_decode.training import batches as batches_lib
+from spec_decode.training import checks
 from spec_decode.training import distill
 from spec_decode.training import train as train_lib
 
@@ -87,10 +88,13 @@ def divergence(name: str, target_logits: jax.Array, draft_logits: jax.Array, mas
     in float32 from log-softmaxes.
 
   Raises:
-    ValueError: an unknown name.
+    ValueError: an unknown name, logits of different shapes or a mask not
+      [B, L] (naming the shapes), or a temperature given as a number that is
+      not finite and > 0.
   """
   if name not in DIVERGENCES:
     raise ValueError(f'unknown divergence {name!r}; choose one of {DIVERGENCES}')
+  checks.divergence_inputs(target_logits, draft_logits, mask, temperature)
   log_p = jax.nn.log_softmax(target_logits.astype(jnp.float32) / temperature, axis=-1)
   log_q = jax.nn.log_softmax(draft_logits.astype(jnp.float32) / temperature, axis=-1)
   p, q = jnp.exp(log_p), jnp.exp(log_q)
@@ -114,7 +118,7 @@ def divergence(name: str, target_logits: jax.Array, draft_logits: jax.Array, mas
 
 @dataclasses.dataclass(frozen=True)
 class WhiteboxConfig:
-  """Settings of one white-box distillation run.
+  """Settings of one white-box distillation run, each checked when it is built.
 
   Attributes:
     divergence: 'tvd', 'fkl', 'rkl' or 'jsd'.
@@ -148,7 +152,7 @@ class WhiteboxConfig:
       stopped_early, time}) and exported like the last, and training ends
       there (the learning-rate schedule stays num_steps' own).
     compile_buckets: compile the step for every bucket shape at once before
-      training (`spec_decode.training.train.compile_buckets`): on an accelerator a
+      training (`spec_decode.training.batches.compile_buckets`): on an accelerator a
       compile costs hundreds of steps, and the loop would meet the shapes
       one at a time; on a CPU a short run may never meet some of them.
   """
@@ -184,28 +188,10 @@ class WhiteboxConfig:
   compile_buckets: bool = False
 
   def __post_init__(self):
-    weights = (self.reference_weight, self.distilled_weight, self.on_policy_weight)
-    for ok, message in (
-        (self.divergence in DIVERGENCES,
-         f'unknown divergence {self.divergence!r}; choose one of {DIVERGENCES}'),
-        (self.temperature > 0 and self.eval_temperature >= 0,
-         'temperature must be > 0, eval_temperature >= 0'),
-        (min(weights) >= 0 and max(weights) > 0, 'the weights must be >= 0, one of them > 0'),
-        (self.distill_dir or not self.distilled_weight, 'distilled_weight > 0 needs distill_dir'),
-        (self.tasks or not (self.reference_weight or self.on_policy_weight or self.eval_examples),
-         'references, on-policy samples and evaluation need tasks'),
-        (all(len(t) == 2 and t[0] in data.LOCAL_TASKS and t[1] > 0 for t in self.tasks),
-         f'tasks are (name, weight > 0) pairs of {data.LOCAL_TASKS}'),
-        (1 <= self.max_decode_len <= self.target_buckets[-1],
-         'max_decode_len must be in [1, target_buckets[-1]]'),
-        (min(self.on_policy_every, self.on_policy_samples, self.log_every) >= 1,
-         'on_policy_every, on_policy_samples and log_every must be >= 1'),
-        (self.train_seconds is None or self.train_seconds > 0, 'train_seconds must be > 0')):
-      if not ok:
-        raise ConfigError(message)
+    checks.whitebox_config(self, DIVERGENCES)
 
   def train_config(self) -> train_lib.TrainConfig:
-    """The fields `spec_decode.training.train.optimizer` and `bucketed_batches` read."""
+    """The fields `spec_decode.training.train.optimizer` and `batches.bucketed_batches` read."""
     return train_lib.TrainConfig(
         num_steps=self.num_steps, batch_tokens=self.batch_tokens,
         input_buckets=self.input_buckets, target_buckets=self.target_buckets,
@@ -271,8 +257,8 @@ def evaluation_set(target: models.T5Model,
 
 
 def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Config,
-          cfg: WhiteboxConfig, workdir: str,
-          export_dir: str | None = None) -> train_lib.TrainState:
+          cfg: WhiteboxConfig, workdir: str, export_dir: str | None = None,
+          allow_vocabulary_mismatch: bool = False) -> train_lib.TrainState:
   """Trains (or resumes) a draft on the target's distributions; returns the final state.
 
   Args:
@@ -287,25 +273,44 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
       (also at step 0), per on-policy pool {step, on_policy_length,
       on_policy_eos, time}.
     export_dir: where the final draft goes as a bfloat16 T5X checkpoint (none
-      without it); it must not exist or be empty.
+      without it), with the vocabulary's record; it must not exist or be empty.
+    allow_vocabulary_mismatch: warn instead of failing when the target, the
+      init_checkpoint, the distill_dir records or a resumed run were recorded
+      with another vocabulary than the bundled one, or with different ones.
 
   Returns:
     The draft's TrainState after `cfg.num_steps` steps (fewer when
     `cfg.train_seconds` ran out).
+
+  Raises:
+    ConfigError: a non-empty export_dir, different vocab_sizes, a vocabulary
+      larger than a config's vocab_size, or a workdir past `cfg.num_steps`.
+    ValueError: a vocabulary mismatch.
   """
   if export_dir and pathlib.Path(export_dir).is_dir() and any(pathlib.Path(export_dir).iterdir()):
     raise ConfigError(f'the export directory {export_dir} is not empty')
   if draft_config.vocab_size != target_config.vocab_size:
     raise ConfigError(f'draft vocab_size {draft_config.vocab_size} != target vocab_size '
                       f'{target_config.vocab_size}')
+  vocabulary, allow = distill.vocabulary(), allow_vocabulary_mismatch
+  checks.model_vocabulary(target_config, vocabulary, 'the target config')
+  checks.checkpoint_vocabulary(target_checkpoint, vocabulary, allow)
+  if cfg.distilled_weight:
+    checks.checkpoint_vocabulary(cfg.distill_dir, vocabulary, allow)
   workdir = pathlib.Path(workdir).absolute()
   workdir.mkdir(parents=True, exist_ok=True)
+  manager = train_lib.checkpoint_manager(workdir)
+  checks.run_vocabulary(manager.directory, vocabulary, allow)
+  if manager.latest_step() is None:
+    checks.checkpoint_vocabulary(cfg.init_checkpoint, vocabulary, allow)
   target = models.T5Model(target_config, jax.device_put(
       checkpoints.load_params(target_checkpoint, target_config, dtype=jnp.float32)))
   tx = train_lib.optimizer(cfg.train_config())
-  manager = train_lib.checkpoint_manager(workdir)
   state = train_lib.start_state(manager, draft_config, tx, cfg.seed, cfg.init_checkpoint)
   start = int(state.step)
+  if start > cfg.num_steps:
+    raise ConfigError(f'num_steps = {cfg.num_steps}, but {workdir} already holds step {start}: '
+                      'raise num_steps or start a new WORKDIR')
   print(f'{cfg.divergence} at T = {cfg.temperature}; steps {start} -> {cfg.num_steps}',
         flush=True)
   mixture = distill.Mixture(cfg, seed=cfg.seed + start)
@@ -334,7 +339,7 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
       target=target.network, tx=tx, name=cfg.divergence)
   if cfg.compile_buckets:
     seconds = time.perf_counter()
-    train_lib.compile_buckets(step_fn, state, cfg.train_config())
+    batches_lib.compile_buckets(step_fn, state, cfg.train_config())
     bar.write(f'compiled the step for every bucket shape in {time.perf_counter() - seconds:.1f} s')
   t0 = last = time.perf_counter()
   deadline = None if cfg.train_seconds is None else t0 + cfg.train_seconds
@@ -369,7 +374,7 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
   manager.wait_until_finished()
   if export_dir:
     checkpoints.write_t5x(export_dir, jax.device_get(state.params), step=int(state.step),
-                          dtype='bfloat16')
+                          dtype='bfloat16', vocabulary=vocabulary)
     print(f'wrote step {int(state.step)} to {export_dir} (bfloat16)')
   return state
 
