@@ -30,6 +30,7 @@ is most of what a draft step reads: see scripts/studies/pruned_head.py).
 import argparse
 import sys
 
+from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
@@ -67,7 +68,13 @@ def vocabulary_file() -> str:
 
 
 def load(name: str, dtype: str = 'float32') -> models.T5Model:
-  """One bundled model ('target', 'draft_large' or 'draft_small')."""
+  """One bundled model ('target', 'draft_large' or 'draft_small').
+
+  Raises:
+    ValueError: the bundled vocabulary is not the one the model records
+      (`checkpoints.check_vocabulary`).
+  """
+  checkpoints.check_vocabulary(checkpoint_dir(name), VOCABULARY)
   return models.T5Model.load(checkpoint_dir(name), config(name, dtype))
 
 

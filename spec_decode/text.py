@@ -33,11 +33,8 @@ EOS_ID = 1
 BATCH_MULTIPLE = 16  # encode_batch rounds the common length up to this
 
 
-def fingerprint(path: str | os.PathLike) -> str:
-  """The sha256 of a SentencePiece model file's bytes (its serialized proto), hex.
-
-  Args:
-    path: the model file, local or a URL tensorstore reads (gs://...).
+def read_model_file(path: str | os.PathLike) -> bytes:
+  """The bytes of a SentencePiece model file, local or at a URL tensorstore reads (gs://...).
 
   Raises:
     FileNotFoundError: no such file.
@@ -47,20 +44,32 @@ def fingerprint(path: str | os.PathLike) -> str:
     if not os.path.isfile(path):
       raise FileNotFoundError(f'vocabulary file not found: {path}')
     with open(path, 'rb') as f:
-      return hashlib.sha256(f.read()).hexdigest()
+      return f.read()
   import tensorstore as ts  # pylint: disable=g-import-not-at-top
   directory, name = posixpath.split(path)
   data = ts.KvStore.open(directory + '/').result().read(name).result()
   if data.state != 'value':
     raise FileNotFoundError(f'vocabulary file not found: {path}')
-  return hashlib.sha256(bytes(data.value)).hexdigest()
+  return bytes(data.value)
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+  """The sha256 of a SentencePiece model file's bytes (its serialized proto), hex.
+
+  Args:
+    path: the model file, local or a URL tensorstore reads (gs://...).
+
+  Raises:
+    FileNotFoundError: no such file.
+  """
+  return hashlib.sha256(read_model_file(path)).hexdigest()
 
 
 class Vocabulary:
   """A SentencePiece model with T5's ids: pad 0, EOS 1, unknown 2.
 
   Attributes:
-    sentencepiece_model_file: the model file (any path sentencepiece reads).
+    sentencepiece_model_file: the model file, local or gs:// (`read_model_file`).
     extra_ids: sentinel ids appended above the model's pieces (T5's 100).
   """
 
@@ -75,10 +84,9 @@ class Vocabulary:
 
   @functools.cached_property
   def _model(self) -> spm.SentencePieceProcessor:
-    if not os.path.exists(self.sentencepiece_model_file):
-      raise FileNotFoundError(f'vocabulary file not found: {self.sentencepiece_model_file}')
+    proto = read_model_file(self.sentencepiece_model_file)
     try:
-      model = spm.SentencePieceProcessor(model_file=self.sentencepiece_model_file)
+      model = spm.SentencePieceProcessor(model_proto=proto)
     except (OSError, RuntimeError) as e:
       raise ValueError(f'vocabulary file {self.sentencepiece_model_file}: not a SentencePiece '
                        f'model ({str(e).splitlines()[0]})') from None

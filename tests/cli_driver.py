@@ -10,7 +10,7 @@ cases.json maps a case name to {"flags": [...]} and optionally
 Prints {"name": {"rc": int, "stderr": str}, ...}; rc is None, and stderr ends
 with the traceback, when `main` raised. Each case starts from a clear gin
 config. One process for all cases saves the ~10 s every decode.py process
-spends importing seqio (and TensorFlow); the signals are real ones, caught by
+spends importing jax and the package; the signals are real ones, caught by
 the handlers `main` installs.
 """
 

@@ -18,10 +18,12 @@ import pytest
 import sentencepiece
 
 from spec_decode import checkpoints
-from spec_decode.cli import settings
-from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import data
 from spec_decode import models
+from spec_decode import text
+from spec_decode.cli import infer
+from spec_decode.cli import settings
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5 import t5_1_1
 
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -35,11 +37,15 @@ def files(tmp_path_factory):
   target = models.T5Model.random(t5_1_1('tiny', vocab_size=8192), jax.random.key(0))
   checkpoints.write_t5x(str(d / 'target'), target.params)
   checkpoints.write_t5x(str(d / 'nan'), jax.tree.map(lambda x: x * float('nan'), target.params))
+  # A checkpoint that records another vocabulary of the same size (another training's).
+  checkpoints.write_t5x(str(d / 'other_vocabulary'), target.params, vocabulary=data.VOCAB_PATH)
+  record = d / 'other_vocabulary' / checkpoints.SIDECAR
+  record.write_text(json.dumps(dict(json.loads(record.read_text()), sha256='0' * 64)))
   (d / 'corrupt').mkdir()
   (d / 'corrupt' / 'checkpoint').write_bytes(b'not msgpack')  # loading it would fail
   sentencepiece.SentencePieceTrainer.train(
       input=str(data.DATA_DIR / 'multi30k_en_de' / 'val.en'), model_prefix=str(d / 'spm500'),
-      vocab_size=500, minloglevel=2)
+      vocab_size=500, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
   (d / 'not_sentencepiece.model').write_text('not a model\n')
   (d / 'inputs.txt').write_text(INPUTS)
   (d / 'latin1.txt').write_bytes('First line.\nA caf\xe9 in Paris.\n'.encode('latin-1'))
@@ -65,6 +71,10 @@ def files(tmp_path_factory):
 
 # name: (flags after --gin_file=decode.gin, the message stderr must hold)
 CASES = {
+    'vocabulary_not_the_checkpoints': (["--gin.DRAFT_CHECKPOINT='{d}/other_vocabulary'"],
+                                       'vocabulary mismatch: '),
+    'vocabulary_not_the_checkpoints_override': (
+        ["--gin.DRAFT_CHECKPOINT='{d}/other_vocabulary'"], '--gin.ALLOW_VOCABULARY_MISMATCH=True'),
     'smaller_vocabulary': (["--gin.VOCABULARY_FILE='{d}/spm500.model'"],
                            "the vocabulary ({d}/spm500.model) has 500 ids but the models' "
                            'vocab_size is 8192 (expected 500..512'),
@@ -125,10 +135,10 @@ CASES = {
     'absurd_max_decode_len': (['--gin.MAX_DECODE_LEN=1000000000'],
                               'MAX_DECODE_LEN and BATCH_SIZE (with BEAM_SIZE, GAMMA, the models and '
                               'the longest input) need at least 1.64e+04 GB'),
-    'memory_limit_too_low': (['--gin.infer.infer.memory_limit_gb=0.001'],
-                             'but memory_limit_gb is 0.001 GB: lower MAX_DECODE_LEN or BATCH_SIZE'),
-    'memory_limit_quoted': (["--gin.infer.infer.memory_limit_gb='0.5'"],
-                            'memory_limit_gb (infer.infer.memory_limit_gb in gin) must be a number '
+    'memory_limit_too_low': (['--gin.MEMORY_LIMIT_GB=0.001'],
+                             'but MEMORY_LIMIT_GB is 0.001 GB: lower MAX_DECODE_LEN or BATCH_SIZE'),
+    'memory_limit_quoted': (["--gin.MEMORY_LIMIT_GB='0.5'"],
+                            'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be a number '
                             "or None, got '0.5' (str): numbers take no quotes"),
     # Beam settings: BEAM_ALPHA in [0, 10] (1e999 is gin's inf), sizes whose rows fit int32.
     'beam_alpha_inf': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e999'],
@@ -252,3 +262,13 @@ def test_check_beam_refuses_alpha_outside_0_to_10(alpha):
                         batch_size=8, vocab_size=100, speculate=True)
   settings.check_beam(decode='beam', beam_size=4, beam_alpha=10.0, draft_width=4, batch_size=8,
                       vocab_size=100, speculate=True)
+
+
+def test_allow_vocabulary_mismatch_warns_and_goes_on(files):
+  paths = {'target': str(files / 'target'), 'draft': str(files / 'other_vocabulary')}
+  configs = {name: t5_1_1('tiny', vocab_size=8192) for name in paths}
+  vocabulary = text.Vocabulary(data.VOCAB_PATH)
+  with pytest.raises(ConfigError, match='vocabulary mismatch'):
+    infer._check_recorded_vocabularies(vocabulary, paths, configs, allow_mismatch=False)
+  with pytest.warns(UserWarning, match='vocabulary mismatch'):
+    infer._check_recorded_vocabularies(vocabulary, paths, configs, allow_mismatch=True)

@@ -50,7 +50,7 @@ def test_check_names_the_settings_the_estimate_and_the_limit():
   memory.check(parts, limit_gb=4.0)
   with pytest.raises(ConfigError, match=r'MAX_DECODE_LEN and BATCH_SIZE .* need at least 4 GB '
                                         r'\(KV caches 3 GB, parameters 1 GB\) but '
-                                        r'memory_limit_gb is 3.5 GB: lower MAX_DECODE_LEN'):
+                                        r'MEMORY_LIMIT_GB is 3.5 GB: lower MAX_DECODE_LEN'):
     memory.check(parts, limit_gb=3.5)
 
 

@@ -84,7 +84,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
           model_parallel: int = 0, check_finite: bool = True, decode: str = 'sample',
           beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4,
-          memory_limit_gb: float | None = None) -> dict[str, Any]:
+          memory_limit_gb: float | None = None,
+          allow_vocabulary_mismatch: bool = False) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`. The settings, the
@@ -142,6 +143,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       limit (an accelerator) or MemAvailable (a CPU host). A run whose buffers
       (spec_decode.cli.memory: parameters, encoder outputs, KV caches) exceed
       it fails before compiling; set it higher to skip the check.
+    allow_vocabulary_mismatch: decode even when a checkpoint records another
+      vocabulary than `vocabulary` (`checkpoints.check_vocabulary`: our
+      checkpoints carry the sha256 of theirs; T5X's and Hugging Face's do not,
+      and are not checked).
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -167,6 +172,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       checkpoints.checkpoint_format(paths[name])
     except FileNotFoundError as e:
       raise ConfigError(f'{name} checkpoint: {e}') from None
+  _check_recorded_vocabularies(vocabulary, paths, configs, allow_vocabulary_mismatch)
 
   examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
                            max_input_len=max_input_len, truncate=truncate_inputs,
@@ -192,6 +198,22 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                    model_parallel=model_parallel, check_finite=check_finite)
   _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
+
+
+def _check_recorded_vocabularies(vocabulary: Any, paths: dict[str, str | None],
+                                 configs: dict[str, T5Config], allow_mismatch: bool) -> None:
+  """ConfigError when a checkpoint records another vocabulary than the run's (or the pair's)."""
+  override = '--gin.ALLOW_VOCABULARY_MISMATCH=True'
+  try:
+    if getattr(vocabulary, 'sentencepiece_model_file', None) is not None:
+      for name in configs:
+        checkpoints.check_vocabulary(paths[name], vocabulary, allow_mismatch=allow_mismatch,
+                                     override=override)
+    if 'draft' in configs:
+      checkpoints.check_vocabulary_pair(paths['target'], paths['draft'],
+                                        allow_mismatch=allow_mismatch, override=override)
+  except (ValueError, FileNotFoundError) as e:
+    raise ConfigError(str(e)) from None
 
 
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],

@@ -95,7 +95,7 @@ def check(parts: dict[str, int], limit_gb: float | None) -> None:
       return
     limit, source = found
   else:
-    limit, source = int(limit_gb * GB), 'memory_limit_gb'
+    limit, source = int(limit_gb * GB), 'MEMORY_LIMIT_GB'
   needed = sum(parts.values())
   if needed <= limit:
     return
@@ -105,4 +105,4 @@ def check(parts: dict[str, int], limit_gb: float | None) -> None:
       f'MAX_DECODE_LEN and BATCH_SIZE (with BEAM_SIZE, GAMMA, the models and the longest input) '
       f'need at least {needed / GB:.3g} GB ({largest}) but {source} is {limit / GB:.3g} GB: '
       'lower MAX_DECODE_LEN or BATCH_SIZE, or bind the memory to assume, in GB: '
-      '--gin.infer.infer.memory_limit_gb=N')
+      '--gin.MEMORY_LIMIT_GB=N')

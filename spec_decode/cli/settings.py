@@ -38,6 +38,7 @@ _SETTINGS = {
     'memory_limit_gb': ((numbers.Real, type(None)), 'a number or None'),
     'verify_lengths': ((list, tuple, type(None)), 'a list of integers or None'),
     'truncate_inputs': (bool, 'True or False'), 'check_finite': (bool, 'True or False'),
+    'allow_vocabulary_mismatch': (bool, 'True or False'),
     **{name: (numbers.Integral, _INTEGER) for name in (
         'gamma', 'top_k', 'max_input_len', 'max_decode_len', 'batch_size', 'seed',
         'model_parallel', 'beam_size', 'draft_width')},
@@ -45,9 +46,6 @@ _SETTINGS = {
                                                    'beam_alpha')},
 }
 
-
-# Settings no gin macro binds yet: the binding that sets them.
-_GIN_NAMES = {'memory_limit_gb': 'infer.infer.memory_limit_gb'}
 
 _INT32 = 'int32 on the device'
 # Integer settings: (lowest, highest, why that range).
@@ -67,7 +65,7 @@ def check_settings(settings: dict[str, Any]) -> None:
     numeric = wanted in (_INTEGER, _NUMBER)
     if isinstance(value, types) and not (numeric and isinstance(value, bool)):
       continue
-    hint, gin_name = '', _GIN_NAMES.get(name, name.upper())
+    hint, gin_name = '', name.upper()
     if isinstance(value, str) and (numeric or wanted.startswith('a number')):
       hint = f': numbers take no quotes, --gin.{gin_name}={value}'
     elif wanted.startswith('a string') and not isinstance(value, str):
@@ -84,7 +82,7 @@ def check_settings(settings: dict[str, Any]) -> None:
                       f'{settings["gamma"]} + 2')
   limit = settings['memory_limit_gb']
   if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
-    raise ConfigError(f'memory_limit_gb (infer.infer.memory_limit_gb in gin) must be None (the '
+    raise ConfigError(f'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be None (the '
                       f'available memory) or a number of GB > 0, got {limit!r}')
   if not 0.0 < settings['lenience'] <= 1.0:
     raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
