@@ -47,7 +47,8 @@ setuptools.setup(
               + ['spec_decode.gin', 'spec_decode.configs']),
     package_dir={'spec_decode.gin': 'gin', 'spec_decode.configs': 'configs'},
     include_package_data=True,
-    package_data={'spec_decode': ['data/**/*'], 'spec_decode.gin': ['**/*.gin'],
+    # The T5X checkpoints' zarr metadata are dotfiles (.zarray), which '*' leaves out.
+    package_data={'spec_decode': ['data/**/*', 'data/**/.*'], 'spec_decode.gin': ['**/*.gin'],
                   'spec_decode.configs': ['*.json', '*.md']},
     install_requires=CORE,
     extras_require=EXTRAS,
