@@ -28,6 +28,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import loop_utils
 
@@ -194,10 +195,15 @@ def finish(state: BeamState, target_calls, draft_calls) -> BeamOutput:
 
 
 def check_args(cache: cache_lib.Cache, *, beam_size: int, max_decode_len: int,
-               gamma: int = 0) -> tuple[int, int]:
-  """Raises ValueError for a bad beam size, length or cache; returns the sizes."""
-  beam_size = loop_utils.check_size('beam_size', beam_size)
+               alpha: float | jax.Array, vocab_size: int, gamma: int = 0) -> tuple[int, int]:
+  """Raises ValueError for a bad beam size, length, alpha or cache; returns the sizes.
+
+  The checks are `api_checks.check_beam_settings` and `api_checks.check_alpha`.
+  """
+  beam_size, _ = api_checks.check_beam_settings(beam_size, batch=cache.batch_size,
+                                                vocab_size=vocab_size)
   max_decode_len = loop_utils.check_size('max_decode_len', max_decode_len)
+  api_checks.check_alpha(alpha, max_decode_len)
   needed = loop_utils.cache_length(max_decode_len, gamma)
   if cache.capacity < needed:
     raise ValueError(f'the cache holds {cache.capacity} positions but max_decode_len='
@@ -217,13 +223,22 @@ def beam_search(step_fn, cache: cache_lib.Cache, *, beam_size: int, max_decode_l
       rows.
     beam_size: static number of beams W (T5X's num_decodes).
     max_decode_len: static most tokens per sequence.
-    alpha: brevity penalty exponent (T5X's beam_search alpha; traced).
+    alpha: brevity penalty exponent (T5X's beam_search alpha; traced), a
+      finite number in [0, 10] (api_checks.check_alpha: past 10 the scores
+      round to 0 and lose their order).
     eos_id: the token that finishes a beam.
 
   Returns:
     BeamOutput, beams ascending by score (T5X's order; `best` is the last).
+
+  Raises:
+    ValueError: a beam_size that is not an integer >= 1 or whose rows or
+      candidates overflow int32, a bad max_decode_len or cache, an alpha
+      outside [0, 10] (when not traced).
   """
-  width, max_decode_len = check_args(cache, beam_size=beam_size, max_decode_len=max_decode_len)
+  vocab = jax.eval_shape(step_fn, jnp.zeros((cache.batch_size, 1), jnp.int32), cache)[0].shape[-1]
+  width, max_decode_len = check_args(cache, beam_size=beam_size, max_decode_len=max_decode_len,
+                                     alpha=alpha, vocab_size=vocab)
   batch = cache.batch_size
   offsets = (jnp.arange(batch) * width)[:, None]  # [B, 1] first row of each batch row
 

@@ -1,17 +1,16 @@
 """Argument checks and small helpers shared by the decoding loops (spec_decode.decoding)."""
 
-import numbers
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
+
 
 def check_size(name: str, value: Any, minimum: int = 1) -> int:
-  """`value` as an int if it is an integer >= minimum, else ValueError naming `name`."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-    raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}')
-  return int(value)
+  """`value` as an int if it is an integer in [minimum, int32 max], else ValueError naming `name`."""
+  return api_checks.check_int(name, value, minimum)
 
 
 def cache_length(max_decode_len: int, gamma: int = 0) -> int:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import api_checks
 from spec_decode import beam_search
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
@@ -283,7 +284,9 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
     encoder_input_tokens: [B, S] int32, 0 = padding.
     beam_size: static number of beams W (T5X's num_decodes).
     max_decode_len: static most tokens per sequence.
-    alpha: traced brevity penalty exponent (T5X's beam_search alpha).
+    alpha: traced brevity penalty exponent (T5X's beam_search alpha), a finite
+      number in [0, 10]: past 10 the penalty ((5 + length) / 6) ** alpha
+      rounds every score to 0 (api_checks.check_alpha).
     draft: None, or a draft model / provider with the target's vocabulary.
     draft_width: static paths the draft proposes from each live beam.
     gamma: static draft steps per target call.
@@ -295,20 +298,25 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
 
   Raises:
     ValueError: as `generate`, and for a bad beam_size, draft_width or gamma,
-      or a draft of another vocabulary size.
+      beams beyond int32 (api_checks.check_beam_settings), an alpha outside
+      [0, 10], or a draft of another vocabulary size.
   """
   check_inputs(encoder_input_tokens, None, target.vocab_size)
-  beam_size = decoding.check_size('beam_size', beam_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
+  api_checks.check_alpha(alpha, max_decode_len)
+  batch = jnp.shape(encoder_input_tokens)[0]
   if draft is None:
+    beam_size, _ = api_checks.check_beam_settings(beam_size, batch=batch,
+                                                  vocab_size=target.vocab_size)
     return _beam_generate(target, None, encoder_input_tokens, alpha, beam_size=beam_size,
                           max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id)
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'draft vocab_size {draft.vocab_size} != target vocab_size '
                      f'{target.vocab_size}: the draft proposes the target\'s tokens')
+  beam_size, draft_width = api_checks.check_beam_settings(
+      beam_size, batch=batch, vocab_size=target.vocab_size, draft_width=draft_width)
   return _beam_generate(target, draft, encoder_input_tokens, alpha, beam_size=beam_size,
-                        max_decode_len=max_decode_len,
-                        draft_width=decoding.check_size('draft_width', draft_width),
+                        max_decode_len=max_decode_len, draft_width=draft_width,
                         gamma=decoding.check_size('gamma', gamma), eos_id=eos_id)
 
 

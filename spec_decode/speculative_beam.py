@@ -30,6 +30,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
 from spec_decode import beam_search as beam_lib
 from spec_decode import cache as cache_lib
 from spec_decode import loop_utils
@@ -155,18 +156,18 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
     gamma: static draft steps per iteration; an iteration covers 1 to
       gamma + 1 beam steps.
     max_decode_len: static most tokens per sequence.
-    alpha: brevity penalty exponent (traced).
+    alpha: brevity penalty exponent (traced), a finite number in [0, 10]
+      (api_checks.check_alpha).
     eos_id: the token that finishes a beam.
 
   Returns:
     BeamOutput, beams ascending by score (the best is last).
+
+  Raises:
+    ValueError: as beam_search.beam_search, and for a draft_width outside
+      1..V, rows B * W * m beyond int32, a bad gamma, a draft cache of
+      another batch or vocabulary size.
   """
-  width, max_decode_len = beam_lib.check_args(target_cache, beam_size=beam_size,
-                                              max_decode_len=max_decode_len, gamma=gamma)
-  m = loop_utils.check_size('draft_width', draft_width)
-  gamma = loop_utils.check_size('gamma', gamma)
-  beam_lib.check_args(draft_cache, beam_size=beam_size, max_decode_len=max_decode_len,
-                      gamma=gamma)
   batch = target_cache.batch_size
   if draft_cache.batch_size != batch:
     raise ValueError(f'draft cache batch {draft_cache.batch_size} != target cache batch {batch}')
@@ -175,8 +176,14 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
   v_q = jax.eval_shape(draft_step_fn, probe, draft_cache)[0].shape[-1]
   if v_p != v_q:
     raise ValueError(f'draft vocabulary size {v_q} != target vocabulary size {v_p}')
-  if m > v_q:
-    raise ValueError(f'draft_width {m} exceeds the vocabulary size {v_q}')
+  gamma = loop_utils.check_size('gamma', gamma)
+  width, max_decode_len = beam_lib.check_args(target_cache, beam_size=beam_size,
+                                              max_decode_len=max_decode_len, alpha=alpha,
+                                              vocab_size=v_p, gamma=gamma)
+  beam_lib.check_args(draft_cache, beam_size=beam_size, max_decode_len=max_decode_len,
+                      alpha=alpha, vocab_size=v_q, gamma=gamma)
+  _, m = api_checks.check_beam_settings(width, batch=batch, vocab_size=v_q,
+                                        draft_width=draft_width)
   rows = width * m
   offsets = (jnp.arange(batch) * rows)[:, None]  # [B, 1]
 

@@ -1,0 +1,149 @@
+"""Checks of the public API's settings, shared by the library and the command line.
+
+Each raises ValueError (TypeError for a value of the wrong kind) naming the
+setting, the bad value and what is allowed, before anything is compiled: a
+setting the loops would turn into garbage never reaches them.
+"""
+
+import math
+import numbers
+from typing import Any
+
+import jax
+import numpy as np
+
+INT32_MAX = 2**31 - 1
+# Beam search scores log P / ((5 + length) / 6) ** alpha (T5X's brevity
+# penalty). Past alpha = 10 the penalty is astronomically large for any real
+# output length and the scores shrink toward 0, where float32 stops telling
+# them apart (at max_decode_len 100, alpha 100 gives a penalty of 1e124, every
+# score 0.0 and the ranking lost); T5X's own values are 0.6-1.
+MAX_ALPHA = 10.0
+# The largest brevity penalty kept: a score log P / penalty then stays a
+# normal float32 (>= 1e-38 in magnitude) for any log P down to -1e-8.
+_MAX_PENALTY = 1e30
+
+
+def check_int(name: str, value: Any, minimum: int = 1, maximum: int = INT32_MAX) -> int:
+  """`value` as an int in [minimum, maximum] (int32 by default), else ValueError naming `name`.
+
+  Args:
+    name: the argument's name, for the message.
+    value: a Python or NumPy integer (not a bool).
+    minimum: the smallest value allowed.
+    maximum: the largest value allowed; the loops index in int32.
+
+  Returns:
+    int(value).
+  """
+  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+      or not minimum <= value <= maximum):
+    bound = ' (int32)' if maximum == INT32_MAX else ''
+    raise ValueError(f'{name} must be an integer >= {minimum} and <= {maximum}{bound}, '
+                     f'got {value!r}')
+  return int(value)
+
+
+def check_alpha(alpha: Any, max_decode_len: int | None = None) -> Any:
+  """Returns the brevity penalty exponent if beam search can rank with it.
+
+  alpha must be a finite number in [0, MAX_ALPHA]: a negative one favours
+  short outputs so strongly that beams stop at once (empty outputs, scores
+  -1e7), a NaN or an infinity makes every score garbage, and one above
+  MAX_ALPHA makes the penalty ((5 + length) / 6) ** alpha so large that the
+  scores round to 0 and lose their order. With `max_decode_len` the penalty
+  at that length must also stay below 1e30 in float32. A traced alpha passes
+  unchecked.
+
+  Args:
+    alpha: a Python or NumPy real scalar, or a traced value.
+    max_decode_len: optional static output length bound.
+
+  Returns:
+    alpha, unchanged.
+
+  Raises:
+    TypeError: alpha is not a real number (a string, a bool, an array).
+    ValueError: alpha outside [0, MAX_ALPHA], or a penalty that overflows.
+  """
+  if isinstance(alpha, jax.core.Tracer):
+    return alpha
+  value = np.asarray(alpha)
+  if (isinstance(alpha, bool) or value.shape or value.dtype == bool
+      or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value)):
+    raise TypeError(f'alpha must be a real number in [0, {MAX_ALPHA:g}], got {alpha!r}')
+  if not 0 <= float(value) <= MAX_ALPHA:  # NaN fails too
+    raise ValueError(f'alpha must be a finite number in [0, {MAX_ALPHA:g}] (the brevity penalty '
+                     f'exponent; T5X uses 0.6), got {alpha!r}')
+  if max_decode_len is not None:
+    log_penalty = float(value) * math.log((5.0 + max_decode_len + 1) / 6.0)
+    if log_penalty > math.log(_MAX_PENALTY):
+      raise ValueError(
+          f'alpha={alpha!r} with max_decode_len={max_decode_len} makes the brevity penalty '
+          f'((5 + length) / 6) ** alpha exceed {_MAX_PENALTY:g}: the scores would round to 0 '
+          'and lose their order; use a smaller alpha')
+  return alpha
+
+
+def check_beam_settings(beam_size: Any, *, batch: int | None = None,
+                        vocab_size: int | None = None,
+                        draft_width: Any = None) -> tuple[int, int | None]:
+  """Returns (beam_size, draft_width) as ints if beam search can index them in int32.
+
+  Args:
+    beam_size: W, an integer >= 1.
+    batch: optional batch size B: B * W (times draft_width) rows must fit int32.
+    vocab_size: optional V: W * V candidates per row must fit int32, and
+      draft_width must lie in 1..V.
+    draft_width: optional m, the paths a draft proposes from each live beam,
+      an integer >= 1 (at most V).
+
+  Returns:
+    (W, m), m None when not given.
+
+  Raises:
+    ValueError: a setting that is not an integer in its range, or whose
+      products overflow int32; the message names it.
+  """
+  beam_size = check_int('beam_size', beam_size)
+  if draft_width is not None:
+    draft_width = check_int('draft_width', draft_width,
+                            maximum=INT32_MAX if vocab_size is None else vocab_size)
+  paths = beam_size * (draft_width or 1)
+  if batch is not None and batch * paths > INT32_MAX:
+    raise ValueError(f'beam_size={beam_size}' + (f' * draft_width={draft_width}' if draft_width
+                                                 else '') +
+                     f' * batch={batch} = {batch * paths} rows exceed int32 ({INT32_MAX})')
+  if vocab_size is not None and beam_size * vocab_size > INT32_MAX:
+    raise ValueError(f'beam_size={beam_size} * vocab_size={vocab_size} = '
+                     f'{beam_size * vocab_size} candidates per row exceed int32 ({INT32_MAX})')
+  return beam_size, draft_width
+
+
+def check_rng(rng: Any) -> jax.Array:
+  """A PRNG key, [B] keys or raw uint32 key data, or an int seed, as a JAX array.
+
+  Args:
+    rng: `jax.random.key(...)` (one or [B]), raw key data, or a Python/NumPy
+      integer seed in the int64 range (jax.random.key's).
+
+  Returns:
+    rng, or `jax.random.key(seed)` for a seed.
+
+  Raises:
+    TypeError: rng is neither a key array nor an integer.
+    ValueError: a seed outside [-2**63, 2**63).
+  """
+  if isinstance(rng, bool):
+    raise TypeError(f'rng must be a PRNG key (jax.random.key(seed)) or an int seed, got {rng!r}')
+  if isinstance(rng, numbers.Integral):
+    if not -2**63 <= rng < 2**63:
+      raise ValueError(f'rng seed {rng} is outside the 64-bit range [-2**63, 2**63) that '
+                       'jax.random.key takes')
+    return jax.random.key(int(rng))
+  if not hasattr(rng, 'dtype') or not (jax.numpy.issubdtype(rng.dtype, jax.dtypes.prng_key)
+                                       or rng.dtype == np.uint32):
+    raise TypeError('rng must be a PRNG key (jax.random.key(seed)), [B] keys, raw uint32 key '
+                    f'data or an int seed, got {type(rng).__name__} '
+                    f'{getattr(rng, "dtype", "")}'.rstrip())
+  return rng

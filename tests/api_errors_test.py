@@ -1,0 +1,98 @@
+"""Bad input through the Python API: a clear error naming the argument, never silent garbage."""
+
+import numpy as np
+import pytest
+
+from spec_decode import api_checks
+from spec_decode import beam_search
+from spec_decode import models
+from spec_decode import speculative_beam
+from spec_decode.t5 import t5_1_1
+from tests import stubs
+
+VOCAB = 64
+# Errors raised before anything is compiled need no parameters.
+UNLOADED = models.T5Model(t5_1_1('nano', vocab_size=VOCAB), None)
+
+
+def _inputs(batch: int = 2, length: int = 6) -> np.ndarray:
+  return np.random.default_rng(0).integers(2, VOCAB, (batch, length)).astype(np.int32)
+
+
+def _beam(alpha, beam_size=2, max_decode_len=6, batch=1):
+  model = stubs.PrefixModel.random(0, 5)
+  return beam_search.beam_search(
+      model.step_fn, model.init_cache(batch, beam_search.loop_utils.cache_length(max_decode_len)),
+      beam_size=beam_size, max_decode_len=max_decode_len, alpha=alpha)
+
+
+def _speculative_beam(alpha=0.6, beam_size=2, draft_width=1):
+  model = stubs.PrefixModel.random(0, 5)
+  cache = model.init_cache(1, beam_search.loop_utils.cache_length(6, 2))
+  return speculative_beam.speculative_beam_search(
+      model.step_fn, cache, model.step_fn, cache, beam_size=beam_size, draft_width=draft_width,
+      gamma=2, max_decode_len=6, alpha=alpha)
+
+
+@pytest.mark.parametrize('alpha', [float('nan'), float('inf'), -float('inf'), -0.5, 10.5, 1e6,
+                                   np.float32('nan')])
+def test_alpha_outside_zero_to_ten_is_rejected_everywhere(alpha):
+  match = r'alpha must be a finite number in \[0, 10\]'
+  with pytest.raises(ValueError, match=match):
+    _beam(alpha)
+  with pytest.raises(ValueError, match=match):
+    _speculative_beam(alpha)
+  with pytest.raises(ValueError, match=match):
+    models.beam_generate(UNLOADED, _inputs(), beam_size=2, max_decode_len=6, alpha=alpha)
+
+
+@pytest.mark.parametrize('alpha', ['0.6', True, np.array([0.6, 0.6]), 1j])
+def test_alpha_that_is_not_a_real_number_is_a_type_error(alpha):
+  with pytest.raises(TypeError, match='alpha must be a real number'):
+    api_checks.check_alpha(alpha)
+  with pytest.raises(TypeError, match='alpha must be a real number'):
+    models.beam_generate(UNLOADED, _inputs(), beam_size=2, max_decode_len=6, alpha=alpha)
+
+
+def test_alpha_whose_penalty_overflows_at_max_decode_len_is_rejected():
+  with pytest.raises(ValueError, match='alpha=10.0 with max_decode_len=100000 makes the brevity'):
+    models.beam_generate(UNLOADED, _inputs(), beam_size=2, max_decode_len=100_000, alpha=10.0)
+  api_checks.check_alpha(10.0, 1000)  # (1006 / 6) ** 10 ~ 2e22: fine
+
+
+@pytest.mark.parametrize('alpha', [0, 0.0, 0.6, np.float32(2.0), 10])
+def test_alpha_in_range_decodes(alpha):
+  out = _beam(alpha)
+  assert int(out.steps) >= 1 and np.all(np.isfinite(np.asarray(out.scores)))
+  assert np.all(np.asarray(out.scores) < 0)
+
+
+def test_beam_sizes_outside_int32_or_below_one_are_rejected():
+  for beam_size in (0, -1, 2**31, 2.0, True):
+    with pytest.raises(ValueError, match=r'beam_size must be an integer >= 1 and <= 2147483647'):
+      models.beam_generate(UNLOADED, _inputs(), beam_size=beam_size, max_decode_len=6)
+  with pytest.raises(ValueError, match=r'beam_size=268435456 \* batch=16 = 4294967296 rows '
+                     r'exceed int32'):
+    models.beam_generate(UNLOADED, _inputs(batch=16), beam_size=2**28, max_decode_len=6)
+  with pytest.raises(ValueError, match=r'beam_size=33554432 \* vocab_size=64 = 2147483648 '
+                     r'candidates per row exceed int32'):
+    models.beam_generate(UNLOADED, _inputs(batch=1), beam_size=2**25, max_decode_len=6)
+  with pytest.raises(ValueError, match=r'beam_size=2 \* draft_width=64 \* batch=33554432 = '
+                     r'4294967296 rows exceed int32'):
+    api_checks.check_beam_settings(2, batch=2**25, vocab_size=VOCAB, draft_width=64)
+  with pytest.raises(ValueError, match='beam_size'):
+    _beam(0.6, beam_size=2**31)
+  with pytest.raises(ValueError, match='candidates per row exceed int32'):
+    _beam(0.6, beam_size=2**30)  # 5 tokens
+
+
+@pytest.mark.parametrize('draft_width', [0, -2, 65, 2.0])
+def test_draft_width_outside_one_to_vocab_is_rejected(draft_width):
+  with pytest.raises(ValueError, match=r'draft_width must be an integer >= 1 and <= 64, got'):
+    models.beam_generate(UNLOADED, _inputs(), beam_size=2, max_decode_len=6, draft=UNLOADED,
+                         draft_width=draft_width)
+  if draft_width != 65:
+    with pytest.raises(ValueError, match='draft_width must be an integer >= 1'):
+      _speculative_beam(draft_width=draft_width)
+  with pytest.raises(ValueError, match=r'draft_width must be an integer >= 1 and <= 5, got 6'):
+    _speculative_beam(draft_width=6)
