@@ -136,7 +136,8 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
     step_fn: the target's step function.
     cache: the target's fresh Cache, capacity >= cache_length(max_decode_len).
     max_decode_len: static maximum number of output tokens per row.
-    rng: one PRNG key, or [B] keys (one stream per row).
+    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
+      the int64 range.
     sampling: temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned and
       0-padded (as T5X's decoder prompts); they are part of the output.
@@ -173,7 +174,8 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     gamma: static number of drafted tokens per iteration, >= 1.
     max_decode_len: static maximum number of output tokens per row.
     rng: one PRNG key, or [B] keys (one stream per row: row b then decodes
-      exactly as a batch-1 run with key rng[b]).
+      exactly as a batch-1 run with key rng[b]), or an int seed in the int64
+      range.
     sampling: temperature/top-k/top-p of the target's p (what the output
       follows); greedy when None.
     draft_sampling: the knobs that turn the draft's logits into q; None uses

@@ -18,8 +18,15 @@ def cache_length(max_decode_len: int, gamma: int = 0) -> int:
 
   An unfinished row writes at most up to position max_decode_len - 1 + gamma;
   a finished row keeps stepping (batched) at its final index <= max_decode_len.
+
+  Raises:
+    ValueError: a length beyond int32, in which the loops index positions.
   """
-  return max_decode_len + gamma + 1
+  length = max_decode_len + gamma + 1
+  if length > api_checks.INT32_MAX:
+    raise ValueError(f'max_decode_len={max_decode_len} + gamma={gamma} + 1 = {length} positions '
+                     f'exceed int32 ({api_checks.INT32_MAX}): use a smaller max_decode_len')
+  return length
 
 
 def split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
@@ -28,8 +35,9 @@ def split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
   return [split[:, i] for i in range(num)]
 
 
-def row_keys(rng: jax.Array, batch: int) -> jax.Array:
-  """One key, or [B] keys (typed or raw uint32), -> [B] typed keys."""
+def row_keys(rng: jax.Array | int, batch: int) -> jax.Array:
+  """One key, or [B] keys (typed or raw uint32), or an int seed -> [B] typed keys."""
+  rng = api_checks.check_rng(rng)
   if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
     rng = jax.random.wrap_key_data(rng)
   if rng.ndim == 0:

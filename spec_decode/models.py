@@ -187,7 +187,8 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
   Args:
     model: the model M_p.
     encoder_input_tokens: [B, S] int32, 0 = padding.
-    rng: one PRNG key, or [B] keys (one stream per row).
+    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
+      the int64 range.
     max_decode_len: static maximum number of output tokens per row.
     sampling: traced temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
@@ -203,7 +204,7 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
       outside the vocabulary (when not traced), a bad max_decode_len.
   """
   check_inputs(encoder_input_tokens, prompt, model.vocab_size)
-  return _generate(model, encoder_input_tokens, rng, sampling, prompt,
+  return _generate(model, encoder_input_tokens, api_checks.check_rng(rng), sampling, prompt,
                    max_decode_len=decoding.check_size('max_decode_len', max_decode_len),
                    eos_id=eos_id, check_finite=check_finite)
 
@@ -227,7 +228,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
       spec_decode.drafts (anything with `start` and `vocab_size` that passes
       through jit as a pytree); same vocabulary size as the target.
     encoder_input_tokens: [B, S] int32, 0 = padding.
-    rng: one PRNG key, or [B] keys (one stream per row).
+    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
+      the int64 range.
     gamma: static number of drafted tokens per iteration.
     max_decode_len: static maximum number of output tokens per row.
     sampling: traced temperature/top-k/top-p of p; greedy when None.
@@ -259,6 +261,7 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
   check_inputs(encoder_input_tokens, prompt, target.vocab_size)
   speculative.check_lenience(lenience)
   drafting.check_threshold(confidence_threshold)
+  rng = api_checks.check_rng(rng)
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
                                prompt, lenience, confidence_threshold,
                                gamma=decoding.check_size('gamma', gamma),

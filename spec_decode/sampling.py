@@ -42,8 +42,10 @@ class SamplingParams:
     temperature, top_k, top_p = (np.asarray(v) for v in (temperature, top_k, top_p))
     if np.any(temperature < 0) or not np.all(np.isfinite(temperature)):
       raise ValueError(f'temperature must be finite and >= 0, got {temperature}')
-    if np.any(top_k < 0) or not np.issubdtype(top_k.dtype, np.integer):
-      raise ValueError(f'top_k must be an integer >= 0 (0 disables), got {top_k}')
+    if (not np.issubdtype(top_k.dtype, np.integer) or np.any(top_k < 0)
+        or np.any(top_k > np.iinfo(np.int32).max)):
+      raise ValueError(f'top_k must be an integer >= 0 and <= {np.iinfo(np.int32).max} (int32; '
+                       f'0 disables), got {top_k}')
     if not np.all((top_p > 0) & (top_p <= 1)):  # NaN fails too
       raise ValueError(f'top_p must be in (0, 1] (1 disables), got {top_p}')
     return cls(

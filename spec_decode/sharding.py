@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
 from spec_decode import decoding
@@ -293,6 +294,7 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
   models.check_inputs(encoder_input_tokens, prompt, model.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
+  rng = api_checks.check_rng(rng)
   in_shardings = (model.shardings(), *_input_shardings(model, encoder_input_tokens, rng))
   jitted = jax.jit(_generate, static_argnums=(0, 1, 2), in_shardings=in_shardings,
                    out_shardings=_output_shardings(model, batch, max_decode_len, check_finite))
@@ -331,6 +333,7 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   gamma = decoding.check_size('gamma', gamma)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
+  rng = api_checks.check_rng(rng)
   in_shardings = (target.shardings(), draft.shardings(),
                   *_input_shardings(target, encoder_input_tokens, rng),
                   NamedSharding(target.mesh, PartitionSpec()),

@@ -1,11 +1,14 @@
 """Bad input through the Python API: a clear error naming the argument, never silent garbage."""
 
+import jax
 import numpy as np
 import pytest
 
 from spec_decode import api_checks
 from spec_decode import beam_search
+from spec_decode import decoding
 from spec_decode import models
+from spec_decode import sampling as sampling_lib
 from spec_decode import speculative_beam
 from spec_decode.t5 import t5_1_1
 from tests import stubs
@@ -96,3 +99,46 @@ def test_draft_width_outside_one_to_vocab_is_rejected(draft_width):
       _speculative_beam(draft_width=draft_width)
   with pytest.raises(ValueError, match=r'draft_width must be an integer >= 1 and <= 5, got 6'):
     _speculative_beam(draft_width=6)
+
+
+def test_top_k_beyond_int32_is_rejected_not_wrapped():
+  with pytest.raises(ValueError, match=r'top_k must be an integer >= 0 and <= 2147483647 '
+                     r'\(int32; 0 disables\), got 1099511627776'):
+    sampling_lib.SamplingParams.create(temperature=1.0, top_k=2**40)
+  with pytest.raises(ValueError, match='top_k must be an integer'):
+    sampling_lib.SamplingParams.create(temperature=1.0, top_k=[5, 2**31])
+  assert int(sampling_lib.SamplingParams.create(top_k=2**31 - 1).top_k) == 2**31 - 1
+
+
+@pytest.mark.parametrize('seed', [2**64, 2**63, -2**63 - 1])
+def test_int_seed_beyond_64_bits_is_rejected(seed):
+  with pytest.raises(ValueError, match=rf'rng seed {seed} is outside the 64-bit range'):
+    models.generate(UNLOADED, _inputs(), seed, max_decode_len=4)
+  with pytest.raises(ValueError, match='rng seed'):
+    models.speculative_generate(UNLOADED, UNLOADED, _inputs(), seed, gamma=2, max_decode_len=4)
+  model = stubs.TableModel.random(0, 6)
+  with pytest.raises(ValueError, match='rng seed'):
+    decoding.autoregressive_decode(model.step_fn, model.init_cache(2, 8), max_decode_len=4,
+                                   rng=seed)
+
+
+def test_int_seed_decodes_as_its_key_and_other_rng_types_are_type_errors():
+  model = stubs.TableModel.random(0, 6)
+  run = lambda rng: decoding.autoregressive_decode(
+      model.step_fn, model.init_cache(2, 8), max_decode_len=6, rng=rng,
+      sampling=sampling_lib.SamplingParams.create(temperature=1.0))
+  np.testing.assert_array_equal(run(2**63 - 1).tokens, run(jax.random.key(2**63 - 1)).tokens)
+  for rng in (1.5, 'seed', True, np.zeros(2, np.float32)):
+    with pytest.raises(TypeError, match='rng must be a PRNG key'):
+      run(rng)
+
+
+def test_lengths_beyond_int32_are_rejected():
+  for name, value in (('max_decode_len', 2**31), ('gamma', 2**40)):
+    kwargs = {'gamma': 2, 'max_decode_len': 4, name: value}
+    with pytest.raises(ValueError, match=rf'{name} must be an integer >= 1 and <= 2147483647 '
+                       rf'\(int32\), got {value}'):
+      models.speculative_generate(UNLOADED, UNLOADED, _inputs(), jax.random.key(0), **kwargs)
+  with pytest.raises(ValueError, match=r'max_decode_len=2147483647 \+ gamma=3 \+ 1 = 2147483651 '
+                     r'positions exceed int32'):
+    decoding.cache_length(2**31 - 1, 3)
