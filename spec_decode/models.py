@@ -181,7 +181,7 @@ def _init_params(config: T5Config, rng: jax.Array) -> Any:
 def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
              max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
              prompt: jax.Array | None = None, eos_id: int = 1,
-             check_finite: bool = False) -> decoding.DecodeOutput:
+             check_finite: bool = True) -> decoding.DecodeOutput:
   """Baseline decoding: one model call per token, compiled.
 
   Args:
@@ -193,15 +193,17 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
     sampling: traced temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
-    check_finite: static; stop rows whose logits are not finite and flag them
-      in `nonfinite` (see decoding.DecodeOutput).
+    check_finite: static, on by default; stop rows whose logits are not
+      finite and flag them in `nonfinite` (see decoding.DecodeOutput); False
+      lets a non-finite logit decode silently as token V - 1.
 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
 
   Raises:
     ValueError: inputs or prompt of the wrong shape or type, token ids
-      outside the vocabulary (when not traced), a bad max_decode_len.
+      outside the vocabulary or an all-padding input row (when not traced),
+      a bad max_decode_len.
   """
   check_inputs(encoder_input_tokens, prompt, model.vocab_size)
   return _generate(model, encoder_input_tokens, api_checks.check_rng(rng), sampling, prompt,
@@ -217,7 +219,7 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                          confidence_threshold: float | None = None,
                          verify_lengths: tuple[int, ...] | None = None,
                          prompt: jax.Array | None = None, eos_id: int = 1,
-                         check_finite: bool = False) -> decoding.DecodeOutput:
+                         check_finite: bool = True) -> decoding.DecodeOutput:
   """Speculative decoding of target M_p with draft M_q, compiled.
 
   Both start from the same inputs (they share the vocabulary).
@@ -243,8 +245,9 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     verify_lengths: static K values of the verify call (decoding.speculative_decode).
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
-    check_finite: static; stop rows whose target or draft logits are not
-      finite and flag them in `nonfinite` (see decoding.DecodeOutput).
+    check_finite: static, on by default; stop rows whose target or draft
+      logits are not finite and flag them in `nonfinite` (see
+      decoding.DecodeOutput); False lets a non-finite logit decode silently.
 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
@@ -328,8 +331,9 @@ def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
   """Raises ValueError for encoder inputs or a prompt the models cannot take.
 
   Shapes and dtypes are always checked; token ids only when the arrays are
-  concrete (not traced): in [0, vocab_size), and in a prompt 0 only as
-  padding after a row's tokens.
+  concrete (not traced): in [0, vocab_size), at least one non-padding id
+  in every encoder input row, and in a prompt 0 only as padding after a
+  row's tokens.
 
   Args:
     encoder_input_tokens: [B, S] integer ids, 0 = padding.
@@ -352,6 +356,11 @@ def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
     if ids.min() < 0 or ids.max() >= vocab_size:
       raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
                        f'[0, {vocab_size})')
+    empty_rows = np.nonzero(~np.any(ids != 0, axis=1))[0] if name != 'prompt' else []
+    if len(empty_rows):
+      raise ValueError(f'encoder_input_tokens row {empty_rows[0]} is all padding (every id 0): '
+                       'the encoder sees nothing and the row decodes junk; each row needs at '
+                       'least one token (drop or fill the row)')
   if prompt is not None and not isinstance(prompt, jax.core.Tracer) and jnp.size(prompt):
     present = np.asarray(prompt) != 0
     rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]

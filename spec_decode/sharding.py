@@ -279,7 +279,7 @@ def _output_shardings(model: ShardedT5Model, batch: int, max_decode_len: int,
 def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
              max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
              prompt: jax.Array | None = None, eos_id: int = 1,
-             check_finite: bool = False) -> decoding.DecodeOutput:
+             check_finite: bool = True) -> decoding.DecodeOutput:
   """`models.generate` over the model's mesh.
 
   Args:
@@ -309,7 +309,7 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                          confidence_threshold: float | None = None,
                          verify_lengths: tuple[int, ...] | None = None,
                          prompt: jax.Array | None = None, eos_id: int = 1,
-                         check_finite: bool = False) -> decoding.DecodeOutput:
+                         check_finite: bool = True) -> decoding.DecodeOutput:
   """`models.speculative_generate` over the models' mesh, each model by its rules.
 
   Args:

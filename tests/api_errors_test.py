@@ -1,6 +1,9 @@
 """Bad input through the Python API: a clear error naming the argument, never silent garbage."""
 
+import inspect
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -9,6 +12,8 @@ from spec_decode import beam_search
 from spec_decode import decoding
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode import sharding
+from spec_decode import speculative
 from spec_decode import speculative_beam
 from spec_decode.t5 import t5_1_1
 from tests import stubs
@@ -142,3 +147,56 @@ def test_lengths_beyond_int32_are_rejected():
   with pytest.raises(ValueError, match=r'max_decode_len=2147483647 \+ gamma=3 \+ 1 = 2147483651 '
                      r'positions exceed int32'):
     decoding.cache_length(2**31 - 1, 3)
+
+
+@pytest.mark.parametrize('entry', [decoding.autoregressive_decode, decoding.speculative_decode,
+                                   models.generate, models.speculative_generate,
+                                   sharding.generate, sharding.speculative_generate])
+def test_check_finite_is_on_by_default(entry):
+  assert inspect.signature(entry).parameters['check_finite'].default is True
+
+
+@pytest.mark.parametrize('gamma', [None, 2])
+def test_nonfinite_logits_are_flagged_without_asking(gamma):
+  model = stubs.TableModel.random(3, 6)
+  table = np.array(model.table)
+  table[:, :, 3] = np.nan  # every step's logits hold a NaN
+  poisoned = stubs.TableModel(table)
+  kwargs = dict(max_decode_len=6, rng=jax.random.key(0))
+  if gamma is None:
+    out = decoding.autoregressive_decode(poisoned.step_fn, poisoned.init_cache(2, 7), **kwargs)
+  else:
+    out = decoding.speculative_decode(poisoned.step_fn, poisoned.init_cache(2, 9), model.step_fn,
+                                      model.init_cache(2, 9), gamma=gamma, **kwargs)
+  assert np.asarray(out.nonfinite).all()
+
+
+@pytest.mark.parametrize('verification', ['token', 'block'])
+def test_nan_in_q_rejects_the_drafts_instead_of_accepting_them(verification):
+  batch, gamma, vocab = 64, 3, 5
+  p = jax.nn.softmax(jax.random.normal(jax.random.key(1), (batch, gamma + 1, vocab)))
+  drafts = jax.random.randint(jax.random.key(2), (batch, gamma), 0, vocab)
+  keys = jax.random.split(jax.random.key(3), batch)
+  q = jnp.full((batch, gamma, vocab), jnp.nan)
+  n, token = speculative.accept_reject(keys, drafts, q, p, verification=verification)
+  np.testing.assert_array_equal(n, 0)
+  assert np.all((np.asarray(token) >= 0) & (np.asarray(token) < vocab))
+  # NaN from the second draft on: at most the first is kept (token
+  # verification keeps it as usual; block verification's stop weight at 1
+  # reads q_2 and never stops there).
+  q = jnp.full((batch, gamma, vocab), 1.0 / vocab).at[:, 1:].set(jnp.nan)
+  n, _ = speculative.accept_reject(keys, drafts, q, p, verification=verification)
+  assert np.asarray(n).max() == (1 if verification == 'token' else 0)
+
+
+def test_all_padding_input_row_is_rejected_naming_the_row():
+  inputs = _inputs(batch=3)
+  inputs[1] = 0
+  match = r'encoder_input_tokens row 1 is all padding \(every id 0\)'
+  with pytest.raises(ValueError, match=match):
+    models.generate(UNLOADED, inputs, jax.random.key(0), max_decode_len=4)
+  with pytest.raises(ValueError, match=match):
+    models.speculative_generate(UNLOADED, UNLOADED, inputs, jax.random.key(0), gamma=2,
+                                max_decode_len=4)
+  with pytest.raises(ValueError, match=match):
+    models.beam_generate(UNLOADED, inputs, beam_size=2, max_decode_len=4)
