@@ -120,6 +120,32 @@ def check_beam_settings(beam_size: Any, *, batch: int | None = None,
   return beam_size, draft_width
 
 
+def as_array(name: str, value: Any) -> Any:
+  """An array as is; a list or tuple (e.g. of token ids) as a NumPy array.
+
+  Args:
+    name: the argument's name, for the message.
+    value: a JAX or NumPy array (or a traced value), or nested sequences.
+
+  Returns:
+    value, or np.asarray(value) for a sequence; its dtype is the caller's to check.
+
+  Raises:
+    TypeError: neither an array nor a sequence.
+    ValueError: ragged sequences (rows of different lengths).
+  """
+  if hasattr(value, 'shape') and hasattr(value, 'dtype'):
+    return value
+  if not isinstance(value, (list, tuple)):
+    raise TypeError(f'{name} must be an array (or a list of rows) of integer token ids, got '
+                    f'{type(value).__name__}')
+  try:
+    return np.asarray(value)
+  except ValueError as e:
+    raise ValueError(f'{name} must be rectangular, every row of one length: pad the rows with '
+                     f'0, got ragged rows ({e})') from None
+
+
 def check_rng(rng: Any) -> jax.Array:
   """A PRNG key, [B] keys or raw uint32 key data, or an int seed, as a JAX array.
 

@@ -38,6 +38,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import drafting
 from spec_decode import loop_utils
@@ -225,11 +226,14 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
   """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
   speculate = draft_step_fn is not None
   batch = target_cache.batch_size
+  prompt = None if prompt is None else api_checks.as_array('prompt', prompt)
   loop_utils.check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache,
                                gamma=gamma,
                      max_decode_len=max_decode_len, prompt=prompt)
   sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
   draft_sampling = draft_sampling if draft_sampling is not None else sampling
+  sampling_lib.check_batch(sampling, batch)
+  sampling_lib.check_batch(draft_sampling, batch, 'draft_sampling')
 
   tokens = jnp.full((batch, max_decode_len + gamma + 2), BOS_ID, jnp.int32)
   index = jnp.zeros((batch,), jnp.int32)

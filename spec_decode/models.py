@@ -205,7 +205,7 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
       outside the vocabulary or an all-padding input row (when not traced),
       a bad max_decode_len.
   """
-  check_inputs(encoder_input_tokens, prompt, model.vocab_size)
+  encoder_input_tokens, prompt = check_inputs(encoder_input_tokens, prompt, model.vocab_size)
   return _generate(model, encoder_input_tokens, api_checks.check_rng(rng), sampling, prompt,
                    max_decode_len=decoding.check_size('max_decode_len', max_decode_len),
                    eos_id=eos_id, check_finite=check_finite)
@@ -261,15 +261,14 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     raise ValueError(
         f'draft vocab_size {draft.vocab_size} != target vocab_size {target.vocab_size}: '
         'speculative sampling needs a shared vocabulary')
-  check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  encoder_input_tokens, prompt = check_inputs(encoder_input_tokens, prompt, target.vocab_size)
   speculative.check_lenience(lenience)
   drafting.check_threshold(confidence_threshold)
   rng = api_checks.check_rng(rng)
+  gamma = decoding.check_size('gamma', gamma)
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
-                               prompt, lenience, confidence_threshold,
-                               gamma=decoding.check_size('gamma', gamma),
-                               verify_lengths=None if verify_lengths is None else tuple(
-                                   verify_lengths),
+                               prompt, lenience, confidence_threshold, gamma=gamma,
+                               verify_lengths=drafting.check_verify_lengths(verify_lengths, gamma),
                                verification=speculative.check_verification(verification),
                                max_decode_len=decoding.check_size('max_decode_len',
                                                                   max_decode_len),
@@ -307,7 +306,7 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
       beams beyond int32 (api_checks.check_beam_settings), an alpha outside
       [0, 10], or a draft of another vocabulary size.
   """
-  check_inputs(encoder_input_tokens, None, target.vocab_size)
+  encoder_input_tokens, _ = check_inputs(encoder_input_tokens, None, target.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   api_checks.check_alpha(alpha, max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
@@ -327,7 +326,7 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
 
 
 def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
-                 vocab_size: int) -> None:
+                 vocab_size: int) -> tuple[jax.Array, jax.Array | None]:
   """Raises ValueError for encoder inputs or a prompt the models cannot take.
 
   Shapes and dtypes are always checked; token ids only when the arrays are
@@ -339,9 +338,15 @@ def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
     encoder_input_tokens: [B, S] integer ids, 0 = padding.
     prompt: None or [B, P] integer ids, left-aligned, 0-padded.
     vocab_size: the models' vocabulary size.
+
+  Returns:
+    (encoder_input_tokens, prompt) as arrays: a list (or tuple) of rows
+    becomes a NumPy array, an array is returned as is.
   """
+  encoder_input_tokens = api_checks.as_array('encoder_input_tokens', encoder_input_tokens)
   arrays = {('encoder_input_tokens', 'S'): encoder_input_tokens}
   if prompt is not None:
+    prompt = api_checks.as_array('prompt', prompt)
     arrays['prompt', 'P'] = prompt
   for (name, length), array in arrays.items():
     shape, dtype = jnp.shape(array), jnp.result_type(array)
@@ -367,6 +372,7 @@ def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
     if rows.size:
       raise ValueError(f'prompt row {rows[0]} holds 0 before a token: 0 is padding, allowed '
                        'only after a row\'s last token')
+  return encoder_input_tokens, prompt
 
 
 @functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id', 'check_finite'))

@@ -291,7 +291,8 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
   Returns:
     decoding.DecodeOutput, rows split over `data`.
   """
-  models.check_inputs(encoder_input_tokens, prompt, model.vocab_size)
+  encoder_input_tokens, prompt = models.check_inputs(encoder_input_tokens, prompt,
+                                                     model.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
   rng = api_checks.check_rng(rng)
@@ -326,7 +327,8 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   """
   if draft.mesh != target.mesh:
     raise ValueError(f'the draft is on {draft.mesh}, the target on {target.mesh}: one mesh')
-  models.check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  encoder_input_tokens, prompt = models.check_inputs(encoder_input_tokens, prompt,
+                                                     target.vocab_size)
   speculative.check_lenience(lenience)
   speculative.check_verification(verification)
   drafting.check_threshold(confidence_threshold)
@@ -339,7 +341,7 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                   NamedSharding(target.mesh, PartitionSpec()),
                   None if confidence_threshold is None else NamedSharding(target.mesh,
                                                                           PartitionSpec()))
-  verify_lengths = None if verify_lengths is None else tuple(verify_lengths)
+  verify_lengths = drafting.check_verify_lengths(verify_lengths, gamma)
   jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3, 4, 5),
                    in_shardings=in_shardings,
                    out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))

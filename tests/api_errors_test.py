@@ -200,3 +200,62 @@ def test_all_padding_input_row_is_rejected_naming_the_row():
                                 max_decode_len=4)
   with pytest.raises(ValueError, match=match):
     models.beam_generate(UNLOADED, inputs, beam_size=2, max_decode_len=4)
+
+
+def test_lists_are_taken_as_arrays_and_ragged_or_other_types_are_named():
+  model = stubs.TableModel.random(0, 6)
+  run = lambda prompt: decoding.autoregressive_decode(
+      model.step_fn, model.init_cache(2, 7), max_decode_len=6, rng=jax.random.key(0),
+      prompt=prompt)
+  np.testing.assert_array_equal(run([[3, 4], [5, 0]]).tokens,
+                                run(np.array([[3, 4], [5, 0]], np.int32)).tokens)
+  with pytest.raises(ValueError, match='prompt must be rectangular, every row of one length'):
+    run([[3, 4], [5]])
+  with pytest.raises(ValueError, match='prompt must hold integer token ids, got float'):
+    run([[3.5, 4.0], [5.0, 1.0]])
+  for inputs in ([[3, 4, 5], [6]], 'a b c', 7):
+    error = ValueError if isinstance(inputs, list) else TypeError
+    with pytest.raises(error, match='encoder_input_tokens must be'):
+      models.generate(UNLOADED, inputs, jax.random.key(0), max_decode_len=4)
+  with pytest.raises(ValueError, match=r'encoder_input_tokens must be integer token ids \[B, S\]'):
+    models.beam_generate(UNLOADED, [[1.5, 2.0]], beam_size=2, max_decode_len=4)
+  encoded, prompt = models.check_inputs([[3, 4, 0]], ([5, 6],), VOCAB)
+  assert encoded.shape == (1, 3) and prompt.shape == (1, 2)
+
+
+def test_per_row_sampling_of_another_batch_size_is_named():
+  model = stubs.TableModel.random(0, 6)
+  per_row = sampling_lib.SamplingParams.create(temperature=[1.0, 0.5, 0.0])
+  kwargs = dict(max_decode_len=4, rng=jax.random.key(0))
+  with pytest.raises(ValueError, match=r'sampling.temperature has shape \(3,\), but the inputs '
+                     r'have 2 rows'):
+    decoding.autoregressive_decode(model.step_fn, model.init_cache(2, 5), sampling=per_row,
+                                   **kwargs)
+  with pytest.raises(ValueError, match=r'draft_sampling.temperature has shape \(3,\)'):
+    decoding.speculative_decode(model.step_fn, model.init_cache(2, 7), model.step_fn,
+                                model.init_cache(2, 7), gamma=2, draft_sampling=per_row, **kwargs)
+  with pytest.raises(ValueError, match=r'per-row knobs must have one length \(the batch size\), '
+                     r"got \{'temperature': 3, 'top_k': 2\}"):
+    sampling_lib.SamplingParams.create(temperature=[1.0, 0.5, 0.0], top_k=[1, 2])
+  with pytest.raises(ValueError, match=r'top_p must be a scalar or \[B\]'):
+    sampling_lib.SamplingParams.create(top_p=[[0.5]])
+
+
+@pytest.mark.parametrize('knob', ['temperature', 'top_k', 'top_p'])
+def test_string_or_bool_knobs_are_type_errors_naming_the_knob(knob):
+  for value in ('0.7', ['0.7'], True, None):
+    with pytest.raises(TypeError, match=f'{knob} must be a number or a sequence of numbers'):
+      sampling_lib.SamplingParams.create(**{knob: value})
+
+
+@pytest.mark.parametrize('verify_lengths', [3, '3', 3.0])
+def test_verify_lengths_that_is_not_a_sequence_is_named(verify_lengths):
+  with pytest.raises(ValueError, match=r'verify_lengths must be None or a sequence of integers in '
+                     r'2..gamma \+ 1 = 4'):
+    models.speculative_generate(UNLOADED, UNLOADED, _inputs(), jax.random.key(0), gamma=3,
+                                max_decode_len=4, verify_lengths=verify_lengths)
+  model = stubs.TableModel.random(0, 6)
+  with pytest.raises(ValueError, match='verify_lengths must be None or a sequence'):
+    decoding.speculative_decode(model.step_fn, model.init_cache(2, 8), model.step_fn,
+                                model.init_cache(2, 8), gamma=3, max_decode_len=4,
+                                rng=jax.random.key(0), verify_lengths=verify_lengths)
