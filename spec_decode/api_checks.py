@@ -10,6 +10,7 @@ import numbers
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 INT32_MAX = 2**31 - 1
@@ -167,9 +168,59 @@ def check_rng(rng: Any) -> jax.Array:
       raise ValueError(f'rng seed {rng} is outside the 64-bit range [-2**63, 2**63) that '
                        'jax.random.key takes')
     return jax.random.key(int(rng))
-  if not hasattr(rng, 'dtype') or not (jax.numpy.issubdtype(rng.dtype, jax.dtypes.prng_key)
+  if not hasattr(rng, 'dtype') or not (jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
                                        or rng.dtype == np.uint32):
     raise TypeError('rng must be a PRNG key (jax.random.key(seed)), [B] keys, raw uint32 key '
                     f'data or an int seed, got {type(rng).__name__} '
                     f'{getattr(rng, "dtype", "")}'.rstrip())
   return rng
+
+
+def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
+                 vocab_size: int) -> tuple[jax.Array, jax.Array | None]:
+  """Raises ValueError for encoder inputs or a prompt the models cannot take.
+
+  Shapes and dtypes are always checked; token ids only when the arrays are
+  concrete (not traced): in [0, vocab_size), at least one non-padding id
+  in every encoder input row, and in a prompt 0 only as padding after a
+  row's tokens.
+
+  Args:
+    encoder_input_tokens: [B, S] integer ids, 0 = padding.
+    prompt: None or [B, P] integer ids, left-aligned, 0-padded.
+    vocab_size: the models' vocabulary size.
+
+  Returns:
+    (encoder_input_tokens, prompt) as arrays: a list (or tuple) of rows
+    becomes a NumPy array, an array is returned as is.
+  """
+  encoder_input_tokens = as_array('encoder_input_tokens', encoder_input_tokens)
+  arrays = {('encoder_input_tokens', 'S'): encoder_input_tokens}
+  if prompt is not None:
+    prompt = as_array('prompt', prompt)
+    arrays['prompt', 'P'] = prompt
+  for (name, length), array in arrays.items():
+    shape, dtype = jnp.shape(array), jnp.result_type(array)
+    empty = len(shape) == 2 and not shape[1] and name != 'prompt'
+    if len(shape) != 2 or empty or not jnp.issubdtype(dtype, jnp.integer):
+      minimum = '' if name == 'prompt' else f' with {length} >= 1'
+      raise ValueError(f'{name} must be integer token ids [B, {length}]{minimum}, got {dtype} '
+                       f'{shape}')
+    if isinstance(array, jax.core.Tracer) or not array.size:
+      continue
+    ids = np.asarray(array)
+    if ids.min() < 0 or ids.max() >= vocab_size:
+      raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
+                       f'[0, {vocab_size})')
+    empty_rows = np.nonzero(~np.any(ids != 0, axis=1))[0] if name != 'prompt' else []
+    if len(empty_rows):
+      raise ValueError(f'encoder_input_tokens row {empty_rows[0]} is all padding (every id 0): '
+                       'the encoder sees nothing and the row decodes junk; each row needs at '
+                       'least one token (drop or fill the row)')
+  if prompt is not None and not isinstance(prompt, jax.core.Tracer) and jnp.size(prompt):
+    present = np.asarray(prompt) != 0
+    rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]
+    if rows.size:
+      raise ValueError(f'prompt row {rows[0]} holds 0 before a token: 0 is padding, allowed '
+                       'only after a row\'s last token')
+  return encoder_input_tokens, prompt

@@ -9,7 +9,7 @@ from spec_decode import api_checks
 
 
 def check_size(name: str, value: Any, minimum: int = 1) -> int:
-  """`value` as an int if it is an integer in [minimum, int32 max], else ValueError naming `name`."""
+  """`value` as an int in [minimum, int32 max], else ValueError naming `name`."""
   return api_checks.check_int(name, value, minimum)
 
 

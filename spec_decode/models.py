@@ -205,7 +205,8 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
       outside the vocabulary or an all-padding input row (when not traced),
       a bad max_decode_len.
   """
-  encoder_input_tokens, prompt = check_inputs(encoder_input_tokens, prompt, model.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         model.vocab_size)
   return _generate(model, encoder_input_tokens, api_checks.check_rng(rng), sampling, prompt,
                    max_decode_len=decoding.check_size('max_decode_len', max_decode_len),
                    eos_id=eos_id, check_finite=check_finite)
@@ -261,7 +262,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     raise ValueError(
         f'draft vocab_size {draft.vocab_size} != target vocab_size {target.vocab_size}: '
         'speculative sampling needs a shared vocabulary')
-  encoder_input_tokens, prompt = check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         target.vocab_size)
   speculative.check_lenience(lenience)
   drafting.check_threshold(confidence_threshold)
   rng = api_checks.check_rng(rng)
@@ -306,7 +308,8 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
       beams beyond int32 (api_checks.check_beam_settings), an alpha outside
       [0, 10], or a draft of another vocabulary size.
   """
-  encoder_input_tokens, _ = check_inputs(encoder_input_tokens, None, target.vocab_size)
+  encoder_input_tokens, _ = api_checks.check_inputs(encoder_input_tokens, None,
+                                                    target.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   api_checks.check_alpha(alpha, max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
@@ -323,56 +326,6 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
   return _beam_generate(target, draft, encoder_input_tokens, alpha, beam_size=beam_size,
                         max_decode_len=max_decode_len, draft_width=draft_width,
                         gamma=decoding.check_size('gamma', gamma), eos_id=eos_id)
-
-
-def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
-                 vocab_size: int) -> tuple[jax.Array, jax.Array | None]:
-  """Raises ValueError for encoder inputs or a prompt the models cannot take.
-
-  Shapes and dtypes are always checked; token ids only when the arrays are
-  concrete (not traced): in [0, vocab_size), at least one non-padding id
-  in every encoder input row, and in a prompt 0 only as padding after a
-  row's tokens.
-
-  Args:
-    encoder_input_tokens: [B, S] integer ids, 0 = padding.
-    prompt: None or [B, P] integer ids, left-aligned, 0-padded.
-    vocab_size: the models' vocabulary size.
-
-  Returns:
-    (encoder_input_tokens, prompt) as arrays: a list (or tuple) of rows
-    becomes a NumPy array, an array is returned as is.
-  """
-  encoder_input_tokens = api_checks.as_array('encoder_input_tokens', encoder_input_tokens)
-  arrays = {('encoder_input_tokens', 'S'): encoder_input_tokens}
-  if prompt is not None:
-    prompt = api_checks.as_array('prompt', prompt)
-    arrays['prompt', 'P'] = prompt
-  for (name, length), array in arrays.items():
-    shape, dtype = jnp.shape(array), jnp.result_type(array)
-    empty = len(shape) == 2 and not shape[1] and name != 'prompt'
-    if len(shape) != 2 or empty or not jnp.issubdtype(dtype, jnp.integer):
-      minimum = '' if name == 'prompt' else f' with {length} >= 1'
-      raise ValueError(f'{name} must be integer token ids [B, {length}]{minimum}, got {dtype} '
-                       f'{shape}')
-    if isinstance(array, jax.core.Tracer) or not array.size:
-      continue
-    ids = np.asarray(array)
-    if ids.min() < 0 or ids.max() >= vocab_size:
-      raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
-                       f'[0, {vocab_size})')
-    empty_rows = np.nonzero(~np.any(ids != 0, axis=1))[0] if name != 'prompt' else []
-    if len(empty_rows):
-      raise ValueError(f'encoder_input_tokens row {empty_rows[0]} is all padding (every id 0): '
-                       'the encoder sees nothing and the row decodes junk; each row needs at '
-                       'least one token (drop or fill the row)')
-  if prompt is not None and not isinstance(prompt, jax.core.Tracer) and jnp.size(prompt):
-    present = np.asarray(prompt) != 0
-    rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]
-    if rows.size:
-      raise ValueError(f'prompt row {rows[0]} holds 0 before a token: 0 is padding, allowed '
-                       'only after a row\'s last token')
-  return encoder_input_tokens, prompt
 
 
 @functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id', 'check_finite'))

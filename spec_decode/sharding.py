@@ -291,8 +291,8 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
   Returns:
     decoding.DecodeOutput, rows split over `data`.
   """
-  encoder_input_tokens, prompt = models.check_inputs(encoder_input_tokens, prompt,
-                                                     model.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         model.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
   rng = api_checks.check_rng(rng)
@@ -327,8 +327,8 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   """
   if draft.mesh != target.mesh:
     raise ValueError(f'the draft is on {draft.mesh}, the target on {target.mesh}: one mesh')
-  encoder_input_tokens, prompt = models.check_inputs(encoder_input_tokens, prompt,
-                                                     target.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         target.vocab_size)
   speculative.check_lenience(lenience)
   speculative.check_verification(verification)
   drafting.check_threshold(confidence_threshold)

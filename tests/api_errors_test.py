@@ -219,7 +219,7 @@ def test_lists_are_taken_as_arrays_and_ragged_or_other_types_are_named():
       models.generate(UNLOADED, inputs, jax.random.key(0), max_decode_len=4)
   with pytest.raises(ValueError, match=r'encoder_input_tokens must be integer token ids \[B, S\]'):
     models.beam_generate(UNLOADED, [[1.5, 2.0]], beam_size=2, max_decode_len=4)
-  encoded, prompt = models.check_inputs([[3, 4, 0]], ([5, 6],), VOCAB)
+  encoded, prompt = api_checks.check_inputs([[3, 4, 0]], ([5, 6],), VOCAB)
   assert encoded.shape == (1, 3) and prompt.shape == (1, 2)
 
 
