@@ -306,6 +306,7 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
 def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
+                         draft_sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, verification: str = 'token',
                          confidence_threshold: float | None = None,
                          verify_lengths: tuple[int, ...] | None = None,
@@ -318,7 +319,7 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
     draft: the model M_q on the same mesh, usually by DATA_PARALLEL_RULES.
     encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`
       (by the target's rules).
-    rng, gamma, max_decode_len, sampling, lenience, verification,
+    rng, gamma, max_decode_len, sampling, draft_sampling, lenience, verification,
       confidence_threshold, verify_lengths, prompt, eos_id, check_finite: as
       `models.speculative_generate`.
 
@@ -339,6 +340,7 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   in_shardings = (target.shardings(), draft.shardings(),
                   *_input_shardings(target, encoder_input_tokens, rng),
                   NamedSharding(target.mesh, PartitionSpec()),
+                  NamedSharding(target.mesh, PartitionSpec()),
                   None if confidence_threshold is None else NamedSharding(target.mesh,
                                                                           PartitionSpec()))
   verify_lengths = drafting.check_verify_lengths(verify_lengths, gamma)
@@ -347,7 +349,8 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                    out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))
   return jitted(gamma, verification, verify_lengths, max_decode_len, eos_id, check_finite,
                 target, draft,
-                encoder_input_tokens, rng, sampling, prompt, lenience, confidence_threshold)
+                encoder_input_tokens, rng, sampling, prompt, draft_sampling, lenience,
+                confidence_threshold)
 
 
 def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
@@ -359,9 +362,9 @@ def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens,
 
 def _speculative_generate(gamma, verification, verify_lengths, max_decode_len, eos_id,
                           check_finite, target, draft, encoder_input_tokens, rng, sampling, prompt,
-                          lenience, confidence_threshold):
+                          draft_sampling, lenience, confidence_threshold):
   return models.speculative_generate(
       target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, lenience=lenience, verification=verification,
-      confidence_threshold=confidence_threshold, verify_lengths=verify_lengths, prompt=prompt,
-      eos_id=eos_id, check_finite=check_finite)
+      sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
+      verification=verification, confidence_threshold=confidence_threshold,
+      verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)
