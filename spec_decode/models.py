@@ -280,7 +280,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
 def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size: int,
                   max_decode_len: int, alpha: float = 0.6,
                   draft: 'T5Model | drafts.DraftProvider | None' = None, draft_width: int = 1,
-                  gamma: int = 3, eos_id: int = 1) -> beam_search.BeamOutput:
+                  gamma: int = 3, eos_id: int = 1,
+                  check_finite: bool = True) -> beam_search.BeamOutput:
   """T5X's beam search of the target, compiled; with a draft, speculative.
 
   With a draft the beams and scores are the same (spec_decode.speculative_beam)
@@ -298,6 +299,9 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
     draft_width: static paths the draft proposes from each live beam.
     gamma: static draft steps per target call.
     eos_id: static end-of-sequence id.
+    check_finite: static, on by default; flag in `nonfinite` the rows for
+      which the target returned a NaN or infinite logit (see
+      beam_search.BeamOutput).
 
   Returns:
     beam_search.BeamOutput: tokens [B, W, max_decode_len], scores [B, W],
@@ -317,7 +321,8 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
     beam_size, _ = api_checks.check_beam_settings(beam_size, batch=batch,
                                                   vocab_size=target.vocab_size)
     return _beam_generate(target, None, encoder_input_tokens, alpha, beam_size=beam_size,
-                          max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id)
+                          max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id,
+                          check_finite=check_finite)
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'draft vocab_size {draft.vocab_size} != target vocab_size '
                      f'{target.vocab_size}: the draft proposes the target\'s tokens')
@@ -325,7 +330,8 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
       beam_size, batch=batch, vocab_size=target.vocab_size, draft_width=draft_width)
   return _beam_generate(target, draft, encoder_input_tokens, alpha, beam_size=beam_size,
                         max_decode_len=max_decode_len, draft_width=draft_width,
-                        gamma=decoding.check_size('gamma', gamma), eos_id=eos_id)
+                        gamma=decoding.check_size('gamma', gamma), eos_id=eos_id,
+                        check_finite=check_finite)
 
 
 @functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id', 'check_finite'))
@@ -353,16 +359,17 @@ def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, dr
 
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'max_decode_len', 'draft_width', 'gamma',
-                                             'eos_id'))
+                                             'eos_id', 'check_finite'))
 def _beam_generate(target, draft, encoder_input_tokens, alpha, *, beam_size, max_decode_len,
-                   draft_width, gamma, eos_id):
+                   draft_width, gamma, eos_id, check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   if draft is None:
     return beam_search.beam_search(target_step_fn, target_cache, beam_size=beam_size,
-                                   max_decode_len=max_decode_len, alpha=alpha, eos_id=eos_id)
+                                   max_decode_len=max_decode_len, alpha=alpha, eos_id=eos_id,
+                                   check_finite=check_finite)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
   return speculative_beam.speculative_beam_search(
       target_step_fn, target_cache, draft_step_fn, draft_cache, beam_size=beam_size,
       draft_width=draft_width, gamma=gamma, max_decode_len=max_decode_len, alpha=alpha,
-      eos_id=eos_id)
+      eos_id=eos_id, check_finite=check_finite)

@@ -151,6 +151,8 @@ def test_lengths_beyond_int32_are_rejected():
 
 @pytest.mark.parametrize('entry', [decoding.autoregressive_decode, decoding.speculative_decode,
                                    models.generate, models.speculative_generate,
+                                   models.beam_generate, beam_search.beam_search,
+                                   speculative_beam.speculative_beam_search,
                                    sharding.generate, sharding.speculative_generate])
 def test_check_finite_is_on_by_default(entry):
   assert inspect.signature(entry).parameters['check_finite'].default is True
@@ -169,6 +171,29 @@ def test_nonfinite_logits_are_flagged_without_asking(gamma):
     out = decoding.speculative_decode(poisoned.step_fn, poisoned.init_cache(2, 9), model.step_fn,
                                       model.init_cache(2, 9), gamma=gamma, **kwargs)
   assert np.asarray(out.nonfinite).all()
+
+
+@pytest.mark.parametrize('speculate', [False, True])
+def test_beam_search_flags_nonfinite_logits_by_default(speculate):
+  model = stubs.PrefixModel.random(0, 5)
+  table = np.array(model.table)
+  table[:, 3] = np.nan
+  poisoned = stubs.PrefixModel(table)
+
+  def run(target, **kwargs):
+    cache = lambda m: m.init_cache(2, beam_search.loop_utils.cache_length(6, 2))
+    if not speculate:
+      return beam_search.beam_search(target.step_fn, cache(target), beam_size=2,
+                                     max_decode_len=6, **kwargs)
+    return speculative_beam.speculative_beam_search(
+        target.step_fn, cache(target), model.step_fn, cache(model), beam_size=2, draft_width=2,
+        gamma=2, max_decode_len=6, **kwargs)
+
+  assert np.asarray(run(poisoned).nonfinite).all()
+  clean, unchecked = run(model), run(model, check_finite=False)
+  assert not np.asarray(clean.nonfinite).any() and unchecked.nonfinite is None
+  np.testing.assert_array_equal(clean.tokens, unchecked.tokens)
+  np.testing.assert_array_equal(clean.scores, unchecked.scores)
 
 
 @pytest.mark.parametrize('verification', ['token', 'block'])
