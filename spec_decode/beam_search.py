@@ -80,9 +80,9 @@ class BeamOutput:
     steps: [] int32 beam steps taken (positions decoded).
     target_calls: [] int32 batched target calls (equal to steps without a draft).
     draft_calls: [] int32 batched draft calls (0 without a draft).
-    nonfinite: [B] bool, the target returned a NaN or infinite logit for one
-      of the row's beams (its beams and scores are garbage); None when
-      searched with check_finite=False.
+    nonfinite: [B] bool, the target returned non-finite logits
+      (loop_utils.nonfinite_rows) for one of the row's beams (its beams and
+      scores are garbage); None when searched with check_finite=False.
   """
 
   tokens: jax.Array
@@ -189,10 +189,11 @@ def gather_rows(cache: cache_lib.Cache, rows: jax.Array, index: jax.Array) -> ca
 
 
 def flag_nonfinite(nonfinite: jax.Array | None, logits: jax.Array) -> jax.Array | None:
-  """[B] flags (None: unchecked) | whether a batch row's logits [B * ..., V] hold a NaN or inf."""
+  """[B] flags (None: unchecked) | loop_utils.nonfinite_rows of the logits [B * ..., V]."""
   if nonfinite is None:
     return None
-  return nonfinite | loop_utils.nonfinite_rows(logits.reshape(nonfinite.shape[0], -1))
+  return nonfinite | loop_utils.nonfinite_rows(
+      logits.reshape(nonfinite.shape[0], -1, logits.shape[-1]))
 
 
 def finish(state: BeamState, target_calls, draft_calls, nonfinite=None) -> BeamOutput:
@@ -240,7 +241,7 @@ def beam_search(step_fn, cache: cache_lib.Cache, *, beam_size: int, max_decode_l
       round to 0 and lose their order).
     eos_id: the token that finishes a beam.
     check_finite: static, on by default; flag in BeamOutput.nonfinite the
-      batch rows for which the model returned a NaN or infinite logit.
+      batch rows for which the model returned non-finite logits.
 
   Returns:
     BeamOutput, beams ascending by score (T5X's order; `best` is the last).

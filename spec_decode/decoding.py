@@ -70,9 +70,10 @@ class DecodeOutput:
       (all at gamma unless the draft length is adaptive; [0] in the baseline).
     loop_target_calls: [] int32 batched target calls of the whole loop.
     loop_draft_calls: [] int32 batched draft calls of the whole loop.
-    nonfinite: [B] bool, a model returned a NaN or infinite logit for the row
-      (which then stopped: its tokens are garbage); None when decoded with
-      check_finite=False.
+    nonfinite: [B] bool, a model returned a NaN or +inf logit for the row, or
+      -inf for every token at a position (-inf alone is a mask and passes;
+      loop_utils.nonfinite_rows); the row then stopped and its tokens are
+      garbage. None when decoded with check_finite=False.
   """
 
   tokens: jax.Array
@@ -143,8 +144,8 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned and
       0-padded (as T5X's decoder prompts); they are part of the output.
     eos_id: the token that ends a row.
-    check_finite: static, on by default; stop a row whose logits hold a NaN
-      or an infinity and flag it in DecodeOutput.nonfinite. False saves one
+    check_finite: static, on by default; stop a row whose logits are not
+      finite and flag it in DecodeOutput.nonfinite. False saves one
       reduction per step, and a non-finite logit then silently decodes as
       token V - 1.
 
@@ -201,7 +202,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned, 0-padded.
     eos_id: the token that ends a row.
     check_finite: static, on by default; stop a row whose target or draft
-      logits hold a NaN or an infinity and flag it in DecodeOutput.nonfinite.
+      logits are not finite and flag it in DecodeOutput.nonfinite.
       False saves one reduction per model call, and a non-finite logit then
       silently decodes as token V - 1.
 

@@ -114,7 +114,8 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: ja
     active: [B] bool unfinished rows (only they keep an adaptive loop going).
     confidence_threshold: None drafts gamma tokens; a (traced) number stops a
       row after a token its draft gave probability below it.
-    check_finite: also return which rows saw a NaN or infinite logit.
+    check_finite: also return which rows saw non-finite logits
+      (loop_utils.nonfinite_rows).
 
   Returns:
     cache: the draft's Cache, advanced by `steps`.

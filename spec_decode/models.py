@@ -300,7 +300,7 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
     gamma: static draft steps per target call.
     eos_id: static end-of-sequence id.
     check_finite: static, on by default; flag in `nonfinite` the rows for
-      which the target returned a NaN or infinite logit (see
+      which the target returned non-finite logits (see
       beam_search.BeamOutput).
 
   Returns:

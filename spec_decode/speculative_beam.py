@@ -160,7 +160,7 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
       (api_checks.check_alpha).
     eos_id: the token that finishes a beam.
     check_finite: static, on by default; flag in BeamOutput.nonfinite the
-      batch rows whose target logits held a NaN or an infinity (the draft's
+      batch rows whose target logits were not finite (the draft's
       only change how many steps a call covers).
 
   Returns:

@@ -284,3 +284,15 @@ def test_verify_lengths_that_is_not_a_sequence_is_named(verify_lengths):
     decoding.speculative_decode(model.step_fn, model.init_cache(2, 8), model.step_fn,
                                 model.init_cache(2, 8), gamma=3, max_decode_len=4,
                                 rng=jax.random.key(0), verify_lengths=verify_lengths)
+
+
+def test_minus_inf_masks_pass_the_default_check_but_a_fully_masked_position_does_not():
+  logits = jnp.array([[[0.0, -jnp.inf, 1.0]], [[-jnp.inf] * 3], [[0.0, jnp.inf, 1.0]],
+                      [[0.0, jnp.nan, 1.0]]])  # [B=4, K=1, V=3]
+  np.testing.assert_array_equal(decoding.loop_utils.nonfinite_rows(logits),
+                                [False, True, True, True])
+  model = stubs.TableModel.random(0, 6, banned=0.3)  # -inf logits, some support everywhere
+  out = decoding.autoregressive_decode(model.step_fn, model.init_cache(4, 7), max_decode_len=6,
+                                       rng=jax.random.key(0),
+                                       sampling=sampling_lib.SamplingParams.create(1.0))
+  assert not np.asarray(out.nonfinite).any()
