@@ -28,6 +28,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import loop_utils
 
@@ -79,6 +80,9 @@ class BeamOutput:
     steps: [] int32 beam steps taken (positions decoded).
     target_calls: [] int32 batched target calls (equal to steps without a draft).
     draft_calls: [] int32 batched draft calls (0 without a draft).
+    nonfinite: [B] bool, the target returned non-finite logits
+      (loop_utils.nonfinite_rows) for one of the row's beams (its beams and
+      scores are garbage); None when searched with check_finite=False.
   """
 
   tokens: jax.Array
@@ -86,6 +90,7 @@ class BeamOutput:
   steps: jax.Array
   target_calls: jax.Array
   draft_calls: jax.Array
+  nonfinite: jax.Array | None = None
 
   @property
   def best(self) -> jax.Array:
@@ -183,21 +188,34 @@ def gather_rows(cache: cache_lib.Cache, rows: jax.Array, index: jax.Array) -> ca
   return cache.replace(layers=layers, index=jnp.broadcast_to(index, rows.shape).astype(jnp.int32))
 
 
-def finish(state: BeamState, target_calls, draft_calls) -> BeamOutput:
+def flag_nonfinite(nonfinite: jax.Array | None, logits: jax.Array) -> jax.Array | None:
+  """[B] flags (None: unchecked) | loop_utils.nonfinite_rows of the logits [B * ..., V]."""
+  if nonfinite is None:
+    return None
+  return nonfinite | loop_utils.nonfinite_rows(
+      logits.reshape(nonfinite.shape[0], -1, logits.shape[-1]))
+
+
+def finish(state: BeamState, target_calls, draft_calls, nonfinite=None) -> BeamOutput:
   """T5X's output: finished beams, or the live ones in rows where none finished."""
   any_finished = jnp.any(state.finished_flags, axis=1)  # [B]
   seqs = jnp.where(any_finished[:, None, None], state.finished_seqs, state.live_seqs)
   scores = jnp.where(any_finished[:, None], state.finished_scores, state.live_logprobs)
   return BeamOutput(tokens=seqs[:, :, 1:], scores=scores, steps=state.index,
                     target_calls=jnp.asarray(target_calls, jnp.int32),
-                    draft_calls=jnp.asarray(draft_calls, jnp.int32))
+                    draft_calls=jnp.asarray(draft_calls, jnp.int32), nonfinite=nonfinite)
 
 
 def check_args(cache: cache_lib.Cache, *, beam_size: int, max_decode_len: int,
-               gamma: int = 0) -> tuple[int, int]:
-  """Raises ValueError for a bad beam size, length or cache; returns the sizes."""
-  beam_size = loop_utils.check_size('beam_size', beam_size)
+               alpha: float | jax.Array, vocab_size: int, gamma: int = 0) -> tuple[int, int]:
+  """Raises ValueError for a bad beam size, length, alpha or cache; returns the sizes.
+
+  The checks are `api_checks.check_beam_settings` and `api_checks.check_alpha`.
+  """
+  beam_size, _ = api_checks.check_beam_settings(beam_size, batch=cache.batch_size,
+                                                vocab_size=vocab_size)
   max_decode_len = loop_utils.check_size('max_decode_len', max_decode_len)
+  api_checks.check_alpha(alpha, max_decode_len)
   needed = loop_utils.cache_length(max_decode_len, gamma)
   if cache.capacity < needed:
     raise ValueError(f'the cache holds {cache.capacity} positions but max_decode_len='
@@ -207,7 +225,8 @@ def check_args(cache: cache_lib.Cache, *, beam_size: int, max_decode_len: int,
 
 
 def beam_search(step_fn, cache: cache_lib.Cache, *, beam_size: int, max_decode_len: int,
-                alpha: float | jax.Array = 0.6, eos_id: int = 1) -> BeamOutput:
+                alpha: float | jax.Array = 0.6, eos_id: int = 1,
+                check_finite: bool = True) -> BeamOutput:
   """T5X's beam search over a step function: one target call per step.
 
   Args:
@@ -217,25 +236,38 @@ def beam_search(step_fn, cache: cache_lib.Cache, *, beam_size: int, max_decode_l
       rows.
     beam_size: static number of beams W (T5X's num_decodes).
     max_decode_len: static most tokens per sequence.
-    alpha: brevity penalty exponent (T5X's beam_search alpha; traced).
+    alpha: brevity penalty exponent (T5X's beam_search alpha; traced), a
+      finite number in [0, 10] (api_checks.check_alpha: past 10 the scores
+      round to 0 and lose their order).
     eos_id: the token that finishes a beam.
+    check_finite: static, on by default; flag in BeamOutput.nonfinite the
+      batch rows for which the model returned non-finite logits.
 
   Returns:
     BeamOutput, beams ascending by score (T5X's order; `best` is the last).
+
+  Raises:
+    ValueError: a beam_size that is not an integer >= 1 or whose rows or
+      candidates overflow int32, a bad max_decode_len or cache, an alpha
+      outside [0, 10] (when not traced).
   """
-  width, max_decode_len = check_args(cache, beam_size=beam_size, max_decode_len=max_decode_len)
+  vocab = jax.eval_shape(step_fn, jnp.zeros((cache.batch_size, 1), jnp.int32), cache)[0].shape[-1]
+  width, max_decode_len = check_args(cache, beam_size=beam_size, max_decode_len=max_decode_len,
+                                     alpha=alpha, vocab_size=vocab)
   batch = cache.batch_size
   offsets = (jnp.arange(batch) * width)[:, None]  # [B, 1] first row of each batch row
 
   def body(carry):
-    state, cache = carry
+    state, cache, nonfinite = carry
     tokens = jax.lax.dynamic_slice_in_dim(state.live_seqs, state.index, 1, axis=2)  # [B, W, 1]
     logits, cache = step_fn(tokens.reshape(batch * width, 1), cache)
     state, parents = beam_step(state, log_softmax(logits).reshape(batch, width, -1), alpha,
                                eos_id)
-    return state, gather_rows(cache, (offsets + parents).reshape(-1), state.index)
+    return (state, gather_rows(cache, (offsets + parents).reshape(-1), state.index),
+            flag_nonfinite(nonfinite, logits))
 
   state = BeamState.create(batch, width, max_decode_len)
-  state, _ = jax.lax.while_loop(lambda c: should_continue(c[0], alpha, max_decode_len), body,
-                                (state, expand_rows(cache, width)))
-  return finish(state, target_calls=state.index, draft_calls=0)
+  state, _, nonfinite = jax.lax.while_loop(
+      lambda c: should_continue(c[0], alpha, max_decode_len), body,
+      (state, expand_rows(cache, width), jnp.zeros((batch,), bool) if check_finite else None))
+  return finish(state, target_calls=state.index, draft_calls=0, nonfinite=nonfinite)

@@ -38,6 +38,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import drafting
 from spec_decode import loop_utils
@@ -69,9 +70,10 @@ class DecodeOutput:
       (all at gamma unless the draft length is adaptive; [0] in the baseline).
     loop_target_calls: [] int32 batched target calls of the whole loop.
     loop_draft_calls: [] int32 batched draft calls of the whole loop.
-    nonfinite: [B] bool, a model returned a NaN or infinite logit for the row
-      (which then stopped: its tokens are garbage); None unless decoded with
-      check_finite=True.
+    nonfinite: [B] bool, a model returned a NaN or +inf logit for the row, or
+      -inf for every token at a position (-inf alone is a mask and passes;
+      loop_utils.nonfinite_rows); the row then stopped and its tokens are
+      garbage. None when decoded with check_finite=False.
   """
 
   tokens: jax.Array
@@ -129,20 +131,23 @@ class _LoopState:
 def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode_len: int,
                           rng: jax.Array, sampling: sampling_lib.SamplingParams | None = None,
                           prompt: jax.Array | None = None, eos_id: int = 1,
-                          check_finite: bool = False) -> DecodeOutput:
+                          check_finite: bool = True) -> DecodeOutput:
   """The baseline: one target call per token (T5X's `temperature_sample`).
 
   Args:
     step_fn: the target's step function.
     cache: the target's fresh Cache, capacity >= cache_length(max_decode_len).
     max_decode_len: static maximum number of output tokens per row.
-    rng: one PRNG key, or [B] keys (one stream per row).
+    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
+      the int64 range.
     sampling: temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned and
       0-padded (as T5X's decoder prompts); they are part of the output.
     eos_id: the token that ends a row.
-    check_finite: static; stop a row whose logits hold a NaN or an infinity
-      and flag it in DecodeOutput.nonfinite.
+    check_finite: static, on by default; stop a row whose logits are not
+      finite and flag it in DecodeOutput.nonfinite. False saves one
+      reduction per step, and a non-finite logit then silently decodes as
+      token V - 1.
 
   Returns:
     DecodeOutput with gamma = 0 (accept_histogram [1] counts target calls).
@@ -162,7 +167,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
                        confidence_threshold: float | jax.Array | None = None,
                        verify_lengths: tuple[int, ...] | None = None,
                        prompt: jax.Array | None = None, eos_id: int = 1,
-                       check_finite: bool = False) -> DecodeOutput:
+                       check_finite: bool = True) -> DecodeOutput:
   """Speculative decoding: samples exactly from the target, fewer target calls.
 
   Args:
@@ -173,7 +178,8 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     gamma: static number of drafted tokens per iteration, >= 1.
     max_decode_len: static maximum number of output tokens per row.
     rng: one PRNG key, or [B] keys (one stream per row: row b then decodes
-      exactly as a batch-1 run with key rng[b]).
+      exactly as a batch-1 run with key rng[b]), or an int seed in the int64
+      range.
     sampling: temperature/top-k/top-p of the target's p (what the output
       follows); greedy when None.
     draft_sampling: the knobs that turn the draft's logits into q; None uses
@@ -195,8 +201,10 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
       where a call's cost grows with K, as on CPUs; see drafting.verify).
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned, 0-padded.
     eos_id: the token that ends a row.
-    check_finite: static; stop a row whose target or draft logits hold a NaN
-      or an infinity and flag it in DecodeOutput.nonfinite.
+    check_finite: static, on by default; stop a row whose target or draft
+      logits are not finite and flag it in DecodeOutput.nonfinite.
+      False saves one reduction per model call, and a non-finite logit then
+      silently decodes as token V - 1.
 
   Returns:
     DecodeOutput.
@@ -219,11 +227,14 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
   """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
   speculate = draft_step_fn is not None
   batch = target_cache.batch_size
+  prompt = None if prompt is None else api_checks.as_array('prompt', prompt)
   loop_utils.check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache,
                                gamma=gamma,
                      max_decode_len=max_decode_len, prompt=prompt)
   sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
   draft_sampling = draft_sampling if draft_sampling is not None else sampling
+  sampling_lib.check_batch(sampling, batch)
+  sampling_lib.check_batch(draft_sampling, batch, 'draft_sampling')
 
   tokens = jnp.full((batch, max_decode_len + gamma + 2), BOS_ID, jnp.int32)
   index = jnp.zeros((batch,), jnp.int32)

@@ -20,7 +20,7 @@ fires, which `speculative.accept_reject(lengths=...)` verifies as such (q and
 the acceptance ratio 0 beyond a row's length).
 """
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -53,10 +53,14 @@ def check_verify_lengths(verify_lengths: Sequence[int] | None,
     None, or the sorted K values with gamma + 1 added.
 
   Raises:
-    ValueError: a K that is not an int in 2..gamma + 1.
+    ValueError: verify_lengths that is not a sequence (e.g. a bare int), or
+      a K that is not an int in 2..gamma + 1.
   """
   if verify_lengths is None:
     return None
+  if isinstance(verify_lengths, (str, bytes)) or not isinstance(verify_lengths, Iterable):
+    raise ValueError(f'verify_lengths must be None or a sequence of integers in 2..gamma + 1 = '
+                     f'{gamma + 1} (e.g. ({gamma + 1},)), got {verify_lengths!r}')
   lengths = tuple(verify_lengths)
   if not all(isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= gamma + 1
              for k in lengths):
@@ -110,7 +114,8 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: ja
     active: [B] bool unfinished rows (only they keep an adaptive loop going).
     confidence_threshold: None drafts gamma tokens; a (traced) number stops a
       row after a token its draft gave probability below it.
-    check_finite: also return which rows saw a NaN or infinite logit.
+    check_finite: also return which rows saw non-finite logits
+      (loop_utils.nonfinite_rows).
 
   Returns:
     cache: the draft's Cache, advanced by `steps`.

@@ -1,17 +1,16 @@
 """Argument checks and small helpers shared by the decoding loops (spec_decode.decoding)."""
 
-import numbers
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
+
 
 def check_size(name: str, value: Any, minimum: int = 1) -> int:
-  """`value` as an int if it is an integer >= minimum, else ValueError naming `name`."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-    raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}')
-  return int(value)
+  """`value` as an int in [minimum, int32 max], else ValueError naming `name`."""
+  return api_checks.check_int(name, value, minimum)
 
 
 def cache_length(max_decode_len: int, gamma: int = 0) -> int:
@@ -19,8 +18,15 @@ def cache_length(max_decode_len: int, gamma: int = 0) -> int:
 
   An unfinished row writes at most up to position max_decode_len - 1 + gamma;
   a finished row keeps stepping (batched) at its final index <= max_decode_len.
+
+  Raises:
+    ValueError: a length beyond int32, in which the loops index positions.
   """
-  return max_decode_len + gamma + 1
+  length = max_decode_len + gamma + 1
+  if length > api_checks.INT32_MAX:
+    raise ValueError(f'max_decode_len={max_decode_len} + gamma={gamma} + 1 = {length} positions '
+                     f'exceed int32 ({api_checks.INT32_MAX}): use a smaller max_decode_len')
+  return length
 
 
 def split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
@@ -29,8 +35,9 @@ def split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
   return [split[:, i] for i in range(num)]
 
 
-def row_keys(rng: jax.Array, batch: int) -> jax.Array:
-  """One key, or [B] keys (typed or raw uint32), -> [B] typed keys."""
+def row_keys(rng: jax.Array | int, batch: int) -> jax.Array:
+  """One key, or [B] keys (typed or raw uint32), or an int seed -> [B] typed keys."""
+  rng = api_checks.check_rng(rng)
   if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
     rng = jax.random.wrap_key_data(rng)
   if rng.ndim == 0:
@@ -74,10 +81,14 @@ def check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, 
 
 
 def nonfinite_rows(logits: jax.Array) -> jax.Array:
-  """[B, ...] -> [B] bool: the row holds a NaN or an infinity.
+  """[B, ..., V] -> [B] bool: the row's logits hold a NaN or +inf, or a position's are all -inf.
 
-  x * 0 is 0 for a finite x and NaN otherwise; one float sum per row is a
-  vectorized reduction on XLA:CPU, where a boolean `all` over isfinite cost
-  ~10% of a greedy baseline step at batch 8 (scripts/studies/check_finite_cost.py).
+  -inf alone is a mask (a token the model rules out, as drafts.PromptLookupDraft
+  writes), so it passes while some token at the position stays finite. The
+  maximum over V is NaN, +inf or -inf exactly in the flagged cases: one float
+  reduction per position, vectorized on XLA:CPU, where a boolean `all` over
+  isfinite cost ~10% of a greedy baseline step at batch 8
+  (scripts/studies/check_finite_cost.py).
   """
-  return jnp.isnan(jnp.sum(logits.reshape(logits.shape[0], -1) * 0.0, axis=-1))
+  top = jnp.max(logits, axis=-1).reshape(logits.shape[0], -1)  # [B, positions]
+  return ~jnp.all(jnp.isfinite(top), axis=-1)

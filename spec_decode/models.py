@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import api_checks
 from spec_decode import beam_search
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
@@ -180,29 +181,33 @@ def _init_params(config: T5Config, rng: jax.Array) -> Any:
 def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
              max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
              prompt: jax.Array | None = None, eos_id: int = 1,
-             check_finite: bool = False) -> decoding.DecodeOutput:
+             check_finite: bool = True) -> decoding.DecodeOutput:
   """Baseline decoding: one model call per token, compiled.
 
   Args:
     model: the model M_p.
     encoder_input_tokens: [B, S] int32, 0 = padding.
-    rng: one PRNG key, or [B] keys (one stream per row).
+    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
+      the int64 range.
     max_decode_len: static maximum number of output tokens per row.
     sampling: traced temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
-    check_finite: static; stop rows whose logits are not finite and flag them
-      in `nonfinite` (see decoding.DecodeOutput).
+    check_finite: static, on by default; stop rows whose logits are not
+      finite and flag them in `nonfinite` (see decoding.DecodeOutput); False
+      lets a non-finite logit decode silently as token V - 1.
 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
 
   Raises:
     ValueError: inputs or prompt of the wrong shape or type, token ids
-      outside the vocabulary (when not traced), a bad max_decode_len.
+      outside the vocabulary or an all-padding input row (when not traced),
+      a bad max_decode_len.
   """
-  check_inputs(encoder_input_tokens, prompt, model.vocab_size)
-  return _generate(model, encoder_input_tokens, rng, sampling, prompt,
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         model.vocab_size)
+  return _generate(model, encoder_input_tokens, api_checks.check_rng(rng), sampling, prompt,
                    max_decode_len=decoding.check_size('max_decode_len', max_decode_len),
                    eos_id=eos_id, check_finite=check_finite)
 
@@ -215,7 +220,7 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                          confidence_threshold: float | None = None,
                          verify_lengths: tuple[int, ...] | None = None,
                          prompt: jax.Array | None = None, eos_id: int = 1,
-                         check_finite: bool = False) -> decoding.DecodeOutput:
+                         check_finite: bool = True) -> decoding.DecodeOutput:
   """Speculative decoding of target M_p with draft M_q, compiled.
 
   Both start from the same inputs (they share the vocabulary).
@@ -226,7 +231,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
       spec_decode.drafts (anything with `start` and `vocab_size` that passes
       through jit as a pytree); same vocabulary size as the target.
     encoder_input_tokens: [B, S] int32, 0 = padding.
-    rng: one PRNG key, or [B] keys (one stream per row).
+    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
+      the int64 range.
     gamma: static number of drafted tokens per iteration.
     max_decode_len: static maximum number of output tokens per row.
     sampling: traced temperature/top-k/top-p of p; greedy when None.
@@ -240,8 +246,9 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     verify_lengths: static K values of the verify call (decoding.speculative_decode).
     prompt: optional [B, P] int32 forced decoder tokens, 0-padded.
     eos_id: static end-of-sequence id.
-    check_finite: static; stop rows whose target or draft logits are not
-      finite and flag them in `nonfinite` (see decoding.DecodeOutput).
+    check_finite: static, on by default; stop rows whose target or draft
+      logits are not finite and flag them in `nonfinite` (see
+      decoding.DecodeOutput); False lets a non-finite logit decode silently.
 
   Returns:
     decoding.DecodeOutput, tokens [B, max_decode_len].
@@ -255,14 +262,15 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
     raise ValueError(
         f'draft vocab_size {draft.vocab_size} != target vocab_size {target.vocab_size}: '
         'speculative sampling needs a shared vocabulary')
-  check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         target.vocab_size)
   speculative.check_lenience(lenience)
   drafting.check_threshold(confidence_threshold)
+  rng = api_checks.check_rng(rng)
+  gamma = decoding.check_size('gamma', gamma)
   return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
-                               prompt, lenience, confidence_threshold,
-                               gamma=decoding.check_size('gamma', gamma),
-                               verify_lengths=None if verify_lengths is None else tuple(
-                                   verify_lengths),
+                               prompt, lenience, confidence_threshold, gamma=gamma,
+                               verify_lengths=drafting.check_verify_lengths(verify_lengths, gamma),
                                verification=speculative.check_verification(verification),
                                max_decode_len=decoding.check_size('max_decode_len',
                                                                   max_decode_len),
@@ -272,7 +280,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
 def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size: int,
                   max_decode_len: int, alpha: float = 0.6,
                   draft: 'T5Model | drafts.DraftProvider | None' = None, draft_width: int = 1,
-                  gamma: int = 3, eos_id: int = 1) -> beam_search.BeamOutput:
+                  gamma: int = 3, eos_id: int = 1,
+                  check_finite: bool = True) -> beam_search.BeamOutput:
   """T5X's beam search of the target, compiled; with a draft, speculative.
 
   With a draft the beams and scores are the same (spec_decode.speculative_beam)
@@ -283,11 +292,16 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
     encoder_input_tokens: [B, S] int32, 0 = padding.
     beam_size: static number of beams W (T5X's num_decodes).
     max_decode_len: static most tokens per sequence.
-    alpha: traced brevity penalty exponent (T5X's beam_search alpha).
+    alpha: traced brevity penalty exponent (T5X's beam_search alpha), a finite
+      number in [0, 10]: past 10 the penalty ((5 + length) / 6) ** alpha
+      rounds every score to 0 (api_checks.check_alpha).
     draft: None, or a draft model / provider with the target's vocabulary.
     draft_width: static paths the draft proposes from each live beam.
     gamma: static draft steps per target call.
     eos_id: static end-of-sequence id.
+    check_finite: static, on by default; flag in `nonfinite` the rows for
+      which the target returned non-finite logits (see
+      beam_search.BeamOutput).
 
   Returns:
     beam_search.BeamOutput: tokens [B, W, max_decode_len], scores [B, W],
@@ -295,58 +309,29 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
 
   Raises:
     ValueError: as `generate`, and for a bad beam_size, draft_width or gamma,
-      or a draft of another vocabulary size.
+      beams beyond int32 (api_checks.check_beam_settings), an alpha outside
+      [0, 10], or a draft of another vocabulary size.
   """
-  check_inputs(encoder_input_tokens, None, target.vocab_size)
-  beam_size = decoding.check_size('beam_size', beam_size)
+  encoder_input_tokens, _ = api_checks.check_inputs(encoder_input_tokens, None,
+                                                    target.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
+  api_checks.check_alpha(alpha, max_decode_len)
+  batch = jnp.shape(encoder_input_tokens)[0]
   if draft is None:
+    beam_size, _ = api_checks.check_beam_settings(beam_size, batch=batch,
+                                                  vocab_size=target.vocab_size)
     return _beam_generate(target, None, encoder_input_tokens, alpha, beam_size=beam_size,
-                          max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id)
+                          max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id,
+                          check_finite=check_finite)
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'draft vocab_size {draft.vocab_size} != target vocab_size '
                      f'{target.vocab_size}: the draft proposes the target\'s tokens')
+  beam_size, draft_width = api_checks.check_beam_settings(
+      beam_size, batch=batch, vocab_size=target.vocab_size, draft_width=draft_width)
   return _beam_generate(target, draft, encoder_input_tokens, alpha, beam_size=beam_size,
-                        max_decode_len=max_decode_len,
-                        draft_width=decoding.check_size('draft_width', draft_width),
-                        gamma=decoding.check_size('gamma', gamma), eos_id=eos_id)
-
-
-def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
-                 vocab_size: int) -> None:
-  """Raises ValueError for encoder inputs or a prompt the models cannot take.
-
-  Shapes and dtypes are always checked; token ids only when the arrays are
-  concrete (not traced): in [0, vocab_size), and in a prompt 0 only as
-  padding after a row's tokens.
-
-  Args:
-    encoder_input_tokens: [B, S] integer ids, 0 = padding.
-    prompt: None or [B, P] integer ids, left-aligned, 0-padded.
-    vocab_size: the models' vocabulary size.
-  """
-  arrays = {('encoder_input_tokens', 'S'): encoder_input_tokens}
-  if prompt is not None:
-    arrays['prompt', 'P'] = prompt
-  for (name, length), array in arrays.items():
-    shape, dtype = jnp.shape(array), jnp.result_type(array)
-    empty = len(shape) == 2 and not shape[1] and name != 'prompt'
-    if len(shape) != 2 or empty or not jnp.issubdtype(dtype, jnp.integer):
-      minimum = '' if name == 'prompt' else f' with {length} >= 1'
-      raise ValueError(f'{name} must be integer token ids [B, {length}]{minimum}, got {dtype} '
-                       f'{shape}')
-    if isinstance(array, jax.core.Tracer) or not array.size:
-      continue
-    ids = np.asarray(array)
-    if ids.min() < 0 or ids.max() >= vocab_size:
-      raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
-                       f'[0, {vocab_size})')
-  if prompt is not None and not isinstance(prompt, jax.core.Tracer) and jnp.size(prompt):
-    present = np.asarray(prompt) != 0
-    rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]
-    if rows.size:
-      raise ValueError(f'prompt row {rows[0]} holds 0 before a token: 0 is padding, allowed '
-                       'only after a row\'s last token')
+                        max_decode_len=max_decode_len, draft_width=draft_width,
+                        gamma=decoding.check_size('gamma', gamma), eos_id=eos_id,
+                        check_finite=check_finite)
 
 
 @functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id', 'check_finite'))
@@ -374,16 +359,17 @@ def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, dr
 
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'max_decode_len', 'draft_width', 'gamma',
-                                             'eos_id'))
+                                             'eos_id', 'check_finite'))
 def _beam_generate(target, draft, encoder_input_tokens, alpha, *, beam_size, max_decode_len,
-                   draft_width, gamma, eos_id):
+                   draft_width, gamma, eos_id, check_finite):
   capacity = decoding.cache_length(max_decode_len, gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
   if draft is None:
     return beam_search.beam_search(target_step_fn, target_cache, beam_size=beam_size,
-                                   max_decode_len=max_decode_len, alpha=alpha, eos_id=eos_id)
+                                   max_decode_len=max_decode_len, alpha=alpha, eos_id=eos_id,
+                                   check_finite=check_finite)
   draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
   return speculative_beam.speculative_beam_search(
       target_step_fn, target_cache, draft_step_fn, draft_cache, beam_size=beam_size,
       draft_width=draft_width, gamma=gamma, max_decode_len=max_decode_len, alpha=alpha,
-      eos_id=eos_id)
+      eos_id=eos_id, check_finite=check_finite)

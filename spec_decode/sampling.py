@@ -38,12 +38,36 @@ class SamplingParams:
     """Builds parameters from host values, raising ValueError on nonsense.
 
     Inside a traced function construct `SamplingParams(...)` directly instead.
+
+    Args:
+      temperature: a number >= 0, or [B] numbers (one per row).
+      top_k: an integer in [0, int32 max], or [B].
+      top_p: a number in (0, 1], or [B].
+
+    Raises:
+      TypeError: a knob that is not numbers (e.g. the string '0.7').
+      ValueError: a knob out of its range, of more than one dimension, or
+        per-row knobs of different lengths.
     """
+    knobs = {'temperature': temperature, 'top_k': top_k, 'top_p': top_p}
+    for name, value in knobs.items():
+      array = np.asarray(value)
+      if array.dtype == bool or not np.issubdtype(array.dtype, np.number):
+        raise TypeError(f'{name} must be a number or a sequence of numbers (one per row), got '
+                        f'{value!r} ({type(value).__name__})')
+      if array.ndim > 1:
+        raise ValueError(f'{name} must be a scalar or [B] (one value per row), got shape '
+                         f'{array.shape}')
+    rows = {name: np.shape(value)[0] for name, value in knobs.items() if np.ndim(value)}
+    if len(set(rows.values())) > 1:
+      raise ValueError(f'per-row knobs must have one length (the batch size), got {rows}')
     temperature, top_k, top_p = (np.asarray(v) for v in (temperature, top_k, top_p))
     if np.any(temperature < 0) or not np.all(np.isfinite(temperature)):
       raise ValueError(f'temperature must be finite and >= 0, got {temperature}')
-    if np.any(top_k < 0) or not np.issubdtype(top_k.dtype, np.integer):
-      raise ValueError(f'top_k must be an integer >= 0 (0 disables), got {top_k}')
+    if (not np.issubdtype(top_k.dtype, np.integer) or np.any(top_k < 0)
+        or np.any(top_k > np.iinfo(np.int32).max)):
+      raise ValueError(f'top_k must be an integer >= 0 and <= {np.iinfo(np.int32).max} (int32; '
+                       f'0 disables), got {top_k}')
     if not np.all((top_p > 0) & (top_p <= 1)):  # NaN fails too
       raise ValueError(f'top_p must be in (0, 1] (1 disables), got {top_p}')
     return cls(
@@ -54,6 +78,21 @@ class SamplingParams:
   def untruncated(self) -> 'SamplingParams':
     """The same temperature with top-k and top-p off (e.g. a draft's knobs: any q is exact)."""
     return self.replace(top_k=jnp.zeros_like(self.top_k), top_p=jnp.ones_like(self.top_p))
+
+
+def check_batch(params: SamplingParams, batch: int, name: str = 'sampling') -> None:
+  """Raises ValueError unless each knob is a scalar or [batch] (one value per row).
+
+  Args:
+    params: the knobs.
+    batch: the decoded batch size B.
+    name: the argument's name, for the message.
+  """
+  for knob in ('temperature', 'top_k', 'top_p'):
+    shape = jnp.shape(getattr(params, knob))
+    if shape and shape != (batch,):
+      raise ValueError(f'{name}.{knob} has shape {shape}, but the inputs have {batch} rows: '
+                       f'give one value, or one per row ({batch},)')
 
 
 def all_greedy(params: SamplingParams) -> jax.Array:

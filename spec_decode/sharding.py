@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
 from spec_decode import decoding
@@ -278,7 +279,7 @@ def _output_shardings(model: ShardedT5Model, batch: int, max_decode_len: int,
 def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
              max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
              prompt: jax.Array | None = None, eos_id: int = 1,
-             check_finite: bool = False) -> decoding.DecodeOutput:
+             check_finite: bool = True) -> decoding.DecodeOutput:
   """`models.generate` over the model's mesh.
 
   Args:
@@ -290,9 +291,11 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
   Returns:
     decoding.DecodeOutput, rows split over `data`.
   """
-  models.check_inputs(encoder_input_tokens, prompt, model.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         model.vocab_size)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
+  rng = api_checks.check_rng(rng)
   in_shardings = (model.shardings(), *_input_shardings(model, encoder_input_tokens, rng))
   jitted = jax.jit(_generate, static_argnums=(0, 1, 2), in_shardings=in_shardings,
                    out_shardings=_output_shardings(model, batch, max_decode_len, check_finite))
@@ -303,11 +306,12 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
 def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
                          encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
                          max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
+                         draft_sampling: sampling_lib.SamplingParams | None = None,
                          lenience: float = 1.0, verification: str = 'token',
                          confidence_threshold: float | None = None,
                          verify_lengths: tuple[int, ...] | None = None,
                          prompt: jax.Array | None = None, eos_id: int = 1,
-                         check_finite: bool = False) -> decoding.DecodeOutput:
+                         check_finite: bool = True) -> decoding.DecodeOutput:
   """`models.speculative_generate` over the models' mesh, each model by its rules.
 
   Args:
@@ -315,7 +319,7 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
     draft: the model M_q on the same mesh, usually by DATA_PARALLEL_RULES.
     encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`
       (by the target's rules).
-    rng, gamma, max_decode_len, sampling, lenience, verification,
+    rng, gamma, max_decode_len, sampling, draft_sampling, lenience, verification,
       confidence_threshold, verify_lengths, prompt, eos_id, check_finite: as
       `models.speculative_generate`.
 
@@ -324,25 +328,29 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   """
   if draft.mesh != target.mesh:
     raise ValueError(f'the draft is on {draft.mesh}, the target on {target.mesh}: one mesh')
-  models.check_inputs(encoder_input_tokens, prompt, target.vocab_size)
+  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
+                                                         target.vocab_size)
   speculative.check_lenience(lenience)
   speculative.check_verification(verification)
   drafting.check_threshold(confidence_threshold)
   gamma = decoding.check_size('gamma', gamma)
   max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
   batch = jnp.shape(encoder_input_tokens)[0]
+  rng = api_checks.check_rng(rng)
   in_shardings = (target.shardings(), draft.shardings(),
                   *_input_shardings(target, encoder_input_tokens, rng),
                   NamedSharding(target.mesh, PartitionSpec()),
+                  NamedSharding(target.mesh, PartitionSpec()),
                   None if confidence_threshold is None else NamedSharding(target.mesh,
                                                                           PartitionSpec()))
-  verify_lengths = None if verify_lengths is None else tuple(verify_lengths)
+  verify_lengths = drafting.check_verify_lengths(verify_lengths, gamma)
   jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3, 4, 5),
                    in_shardings=in_shardings,
                    out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))
   return jitted(gamma, verification, verify_lengths, max_decode_len, eos_id, check_finite,
                 target, draft,
-                encoder_input_tokens, rng, sampling, prompt, lenience, confidence_threshold)
+                encoder_input_tokens, rng, sampling, prompt, draft_sampling, lenience,
+                confidence_threshold)
 
 
 def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
@@ -354,9 +362,9 @@ def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens,
 
 def _speculative_generate(gamma, verification, verify_lengths, max_decode_len, eos_id,
                           check_finite, target, draft, encoder_input_tokens, rng, sampling, prompt,
-                          lenience, confidence_threshold):
+                          draft_sampling, lenience, confidence_threshold):
   return models.speculative_generate(
       target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, lenience=lenience, verification=verification,
-      confidence_threshold=confidence_threshold, verify_lengths=verify_lengths, prompt=prompt,
-      eos_id=eos_id, check_finite=check_finite)
+      sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
+      verification=verification, confidence_threshold=confidence_threshold,
+      verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)

@@ -205,13 +205,16 @@ def acceptance_ratio(drafts: jax.Array, q: jax.Array, p: jax.Array,
                      lenience: float | jax.Array = 1.0) -> jax.Array:
   """[B, gamma]: p_i(x_i) / (l q_i(x_i)) for the drafted tokens [B, gamma].
 
-  q: [B, gamma, V]; p: [B, gamma + 1, V] (the last row is not read).
+  q: [B, gamma, V]; p: [B, gamma + 1, V] (the last row is not read). NaN where
+  p_i(x_i) or q_i(x_i) is NaN: every test `u < ratio` then rejects.
   """
   p_x = jnp.take_along_axis(p[:, :q.shape[1]], drafts[..., None], axis=-1)[..., 0]
   q_x = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0] * lenience
   # q(x) = 0 cannot happen for a token drawn from q; if a draft proposes one
-  # anyway, accept exactly when the target could have produced it.
-  return jnp.where(q_x > 0, p_x / jnp.where(q_x > 0, q_x, 1.0), jnp.where(p_x > 0, 1.0, 0.0))
+  # anyway, accept exactly when the target could have produced it. A NaN in
+  # q(x) or p(x) gives a NaN ratio, which no uniform draw is below: rejected
+  # (the residual, NaN too, then falls back to p in accept_reject).
+  return jnp.where(q_x == 0, jnp.where(p_x > 0, 1.0, 0.0), p_x / jnp.where(q_x == 0, 1.0, q_x))
 
 
 def _check_shapes(drafts: jax.Array, q: jax.Array, p: jax.Array) -> None:

@@ -30,6 +30,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spec_decode import api_checks
 from spec_decode import beam_search as beam_lib
 from spec_decode import cache as cache_lib
 from spec_decode import loop_utils
@@ -137,7 +138,7 @@ def _replay(state, log_probs, paths, *, alpha, eos_id, max_decode_len, gamma):
 def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft_step_fn,
                             draft_cache: cache_lib.Cache, *, beam_size: int, draft_width: int,
                             gamma: int, max_decode_len: int, alpha: float | jax.Array = 0.6,
-                            eos_id: int = 1) -> beam_lib.BeamOutput:
+                            eos_id: int = 1, check_finite: bool = True) -> beam_lib.BeamOutput:
   """Beam search of the target with drafted paths verified in one call.
 
   Returns exactly `beam_search.beam_search(target_step_fn, ...)`'s beams and
@@ -155,18 +156,21 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
     gamma: static draft steps per iteration; an iteration covers 1 to
       gamma + 1 beam steps.
     max_decode_len: static most tokens per sequence.
-    alpha: brevity penalty exponent (traced).
+    alpha: brevity penalty exponent (traced), a finite number in [0, 10]
+      (api_checks.check_alpha).
     eos_id: the token that finishes a beam.
+    check_finite: static, on by default; flag in BeamOutput.nonfinite the
+      batch rows whose target logits were not finite (the draft's
+      only change how many steps a call covers).
 
   Returns:
     BeamOutput, beams ascending by score (the best is last).
+
+  Raises:
+    ValueError: as beam_search.beam_search, and for a draft_width outside
+      1..V, rows B * W * m beyond int32, a bad gamma, a draft cache of
+      another batch or vocabulary size.
   """
-  width, max_decode_len = beam_lib.check_args(target_cache, beam_size=beam_size,
-                                              max_decode_len=max_decode_len, gamma=gamma)
-  m = loop_utils.check_size('draft_width', draft_width)
-  gamma = loop_utils.check_size('gamma', gamma)
-  beam_lib.check_args(draft_cache, beam_size=beam_size, max_decode_len=max_decode_len,
-                      gamma=gamma)
   batch = target_cache.batch_size
   if draft_cache.batch_size != batch:
     raise ValueError(f'draft cache batch {draft_cache.batch_size} != target cache batch {batch}')
@@ -175,13 +179,19 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
   v_q = jax.eval_shape(draft_step_fn, probe, draft_cache)[0].shape[-1]
   if v_p != v_q:
     raise ValueError(f'draft vocabulary size {v_q} != target vocabulary size {v_p}')
-  if m > v_q:
-    raise ValueError(f'draft_width {m} exceeds the vocabulary size {v_q}')
+  gamma = loop_utils.check_size('gamma', gamma)
+  width, max_decode_len = beam_lib.check_args(target_cache, beam_size=beam_size,
+                                              max_decode_len=max_decode_len, alpha=alpha,
+                                              vocab_size=v_p, gamma=gamma)
+  beam_lib.check_args(draft_cache, beam_size=beam_size, max_decode_len=max_decode_len,
+                      alpha=alpha, vocab_size=v_q, gamma=gamma)
+  _, m = api_checks.check_beam_settings(width, batch=batch, vocab_size=v_q,
+                                        draft_width=draft_width)
   rows = width * m
   offsets = (jnp.arange(batch) * rows)[:, None]  # [B, 1]
 
   def body(carry):
-    state, target_cache, draft_cache, target_calls, draft_calls = carry
+    state, target_cache, draft_cache, target_calls, draft_calls, nonfinite = carry
     t = state.index
     last = jax.lax.dynamic_index_in_dim(state.live_seqs, t, axis=2, keepdims=False)  # [B, W]
     paths, draft_cache = _draft_paths(draft_step_fn, draft_cache, last, gamma=gamma,
@@ -200,11 +210,13 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
     source = jnp.repeat(offsets + r.source, m, axis=1).reshape(-1)
     return (r.state, beam_lib.gather_rows(target_cache, source, r.state.index),
             beam_lib.gather_rows(draft_cache, source, r.state.index), target_calls + 1,
-            draft_calls + gamma + sweep)
+            draft_calls + gamma + sweep, beam_lib.flag_nonfinite(nonfinite, logits))
 
   start = (beam_lib.BeamState.create(batch, width, max_decode_len),
            beam_lib.expand_rows(target_cache, rows), beam_lib.expand_rows(draft_cache, rows),
-           jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-  state, _, _, target_calls, draft_calls = jax.lax.while_loop(
+           jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
+           jnp.zeros((batch,), bool) if check_finite else None)
+  state, _, _, target_calls, draft_calls, nonfinite = jax.lax.while_loop(
       lambda c: beam_lib.should_continue(c[0], alpha, max_decode_len), body, start)
-  return beam_lib.finish(state, target_calls=target_calls, draft_calls=draft_calls)
+  return beam_lib.finish(state, target_calls=target_calls, draft_calls=draft_calls,
+                         nonfinite=nonfinite)

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / 'spec_decode'
 # The loops and the paper's equations: they see step functions and caches, never a model.
 ENGINE = ('decoding', 'speculative', 'drafting', 'sampling', 'cache', 'loop_utils', 'beam_search',
-          'speculative_beam', 'theory')
+          'speculative_beam', 'theory', 'api_checks')
 # What a decoding user installs without extras: everything but the harness and the seqio tasks.
 OPTIONAL = ('seqio', 'tensorflow', 'tensorflow_datasets', 'torch', 'transformers', 'matplotlib')
 

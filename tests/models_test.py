@@ -138,7 +138,8 @@ def test_rejects_mismatched_vocabularies_and_bad_inputs(pair):
                     prompt=np.array([[5.0, 7.5]], np.float32))
   for name, value in (('gamma', 2.0), ('max_decode_len', 8.0), ('gamma', 0)):
     kwargs = {'gamma': GAMMA, 'max_decode_len': MAX_DECODE_LEN, name: value}
-    with pytest.raises(ValueError, match=f'{name} must be an integer >= 1, got {value}'):
+    with pytest.raises(ValueError, match=rf'{name} must be an integer >= 1 and <= 2147483647 '
+                       rf'\(int32\), got {value}'):
       models.speculative_generate(target, target, _inputs(0, 1), jax.random.key(0), **kwargs)
   for lenience in (np.float32(2.0), jnp.asarray(5.0)):
     with pytest.raises(ValueError, match=r'lenience must be a number in \(0, 1\]'):

@@ -21,6 +21,7 @@ from spec_decode import checkpoints
 from spec_decode.cli import gin_utils
 from spec_decode.cli import infer
 from spec_decode import models
+from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
 from spec_decode.t5 import t5_1_1
 
@@ -165,6 +166,28 @@ def test_cache_shardings_by_rules():
   assert standard.layers.cross_attention[0].value == ('data', 'model', None, None)
   assert specs(sharding.DATA_PARALLEL_RULES).layers.self_attention[0].key == (
       'data', None, None, None)
+
+
+def test_draft_sampling_reaches_the_sharded_loop():
+  """On a 1-device mesh the sharded loop equals models.speculative_generate, with
+  q's own knobs; those knobs change the output, so dropping them would show."""
+  config = t5_1_1('nano', vocab_size=64)
+  target = models.T5Model.random(config, jax.random.key(0))
+  draft = models.T5Model.random(config, jax.random.key(1))
+  mesh = sharding.make_mesh(1, jax.devices()[:1])
+  shard = lambda m: sharding.shard_model(m, mesh, sharding.STANDARD_RULES)
+  inputs = np.random.default_rng(0).integers(2, 64, (2, 5)).astype(np.int32)
+  kwargs = dict(gamma=2, max_decode_len=8, sampling=sampling_lib.SamplingParams.create(1.0))
+  draft_sampling = sampling_lib.SamplingParams.create(0.3, top_k=2)
+  keys = jax.random.split(jax.random.key(2), 2)
+  sharded = sharding.speculative_generate(shard(target), shard(draft), inputs, keys,
+                                          draft_sampling=draft_sampling, **kwargs)
+  expected = models.speculative_generate(target, draft, inputs, keys,
+                                         draft_sampling=draft_sampling, **kwargs)
+  without = models.speculative_generate(target, draft, inputs, keys, **kwargs)
+  np.testing.assert_array_equal(sharded.tokens, expected.tokens)
+  np.testing.assert_array_equal(sharded.accept_histogram, expected.accept_histogram)
+  assert not np.array_equal(expected.accept_histogram, without.accept_histogram)
 
 
 @pytest.mark.parametrize('kind', ['t5x', 'hf'])
