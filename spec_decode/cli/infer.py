@@ -129,8 +129,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       devices as a (devices / n, n) mesh (spec_decode.sharding): the target's
       parameters split n ways (STANDARD_RULES), the draft's replicated
       (DATA_PARALLEL_RULES), batch rows split over the data axis.
-    check_finite: fail when a model returns a NaN or infinite logit, instead
-      of writing what such logits decode to (beam search: a NaN score).
+    check_finite: fail when a model returns a NaN or +inf logit, or a
+      position whose logits are all -inf, instead of writing what such logits
+      decode to (-inf alone is a mask and passes).
     decode: 'sample' (greedy or sampling, with the knobs above) or 'beam':
       T5X's beam search of the target (spec_decode.beam_search), speculative
       with a draft (spec_decode.speculative_beam: the same beams).
@@ -186,7 +187,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     memory.check(needed, memory_limit_gb)
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
-                   max_decode_len=max_decode_len)
+                   max_decode_len=max_decode_len, check_finite=check_finite)
   else:
     options = dict(gamma=gamma, lenience=lenience, verification=verification,
                    confidence_threshold=confidence_threshold,
@@ -195,7 +196,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   with jsonl.writing(jsonl.Output(output_file, input_file), len(examples)) as out:
     summary = _run(out, examples, configs, paths, vocabulary, sampling, options,
                    beam=decode == 'beam', batch_size=batch_size, seed=seed,
-                   model_parallel=model_parallel, check_finite=check_finite)
+                   model_parallel=model_parallel)
   _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
 
@@ -219,7 +220,7 @@ def _check_recorded_vocabularies(vocabulary: Any, paths: dict[str, str | None],
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
          paths: dict[str, str | None], vocabulary: Any, sampling: sampling_lib.SamplingParams,
          options: dict[str, Any], *, beam: bool, batch_size: int, seed: int,
-         model_parallel: int, check_finite: bool) -> dict[str, Any]:
+         model_parallel: int) -> dict[str, Any]:
   """Loads the models, compiles, decodes every batch into `out`; returns the summary.
 
   `options` are the static keyword arguments of `_beam_decode` (beam) or
@@ -242,8 +243,7 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       start = time.perf_counter()
       result = jax.device_get(decode(target, draft, tokens, rng, sampling))
       walltime = time.perf_counter() - start
-      bad = (np.isnan(result.scores[:len(rows)]).any(axis=1) if beam and check_finite
-             else None if beam or result.nonfinite is None else result.nonfinite[:len(rows)])
+      bad = None if result.nonfinite is None else result.nonfinite[:len(rows)]
       if bad is not None and bad.any():
         lines = [e.line for e, nonfinite in zip(rows, bad) if nonfinite]
         raise ConfigError(

@@ -11,9 +11,10 @@ from typing import Any
 
 from etils import epath
 
-from spec_decode.cli.gin_utils import ConfigError
+from spec_decode import api_checks
 from spec_decode import drafting
 from spec_decode import speculative
+from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
 
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
@@ -22,7 +23,7 @@ VOCAB_PADDING = 128
 INT32_MAX = 2**31 - 1  # token ids, positions, counts and top_k are int32 on the device
 # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): larger seeds repeat smaller.
 SEED_MAX = 2**32 - 1
-BEAM_ALPHA_MAX = 10.0  # T5X uses 0.6; ((5 + length) / 6) ** alpha past 10 swamps log P
+BEAM_ALPHA_MAX = api_checks.MAX_ALPHA  # the Python API's bound: one range for both
 
 # What each setting of `infer` must be: gin passes whatever a binding says.
 _INTEGER, _NUMBER = 'an integer', 'a number'
@@ -172,6 +173,13 @@ def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: i
     names = 'BATCH_SIZE * BEAM_SIZE' + (' * DRAFT_WIDTH' if speculate else '')
     raise ConfigError(f'{names} must be at most {INT32_MAX} (rows are int32), got {batch_size} * '
                       f'{beam_size}' + (f' * {draft_width}' if speculate else ''))
+  try:  # What the Python API checks too (beam_search, speculative_beam_search).
+    api_checks.check_alpha(beam_alpha)
+    api_checks.check_beam_settings(beam_size, batch=batch_size, vocab_size=vocab_size,
+                                   draft_width=draft_width if speculate else None)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f'beam settings (BEAM_SIZE, BEAM_ALPHA, DRAFT_WIDTH, BATCH_SIZE in gin): '
+                      f'{e}') from None
 
 
 def _check_beam_only(settings: dict[str, Any]) -> None:
