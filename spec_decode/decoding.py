@@ -28,10 +28,15 @@ A row that kept all `steps` drafts leaves the draft one token behind
 some row needs it.
 
 These functions are meant to be traced inside a `jax.jit` built by the caller,
-with model parameters as traced arguments captured by the step functions;
-gamma, max_decode_len and the batch size are static.
+with model parameters as traced arguments captured by the step functions.
+The static options (gamma, max_decode_len, verification, verify_lengths,
+eos_id, check_finite) travel together as one frozen, hashable `LoopOptions`,
+checked once where it is built; the traced knobs (sampling, draft_sampling,
+lenience, confidence_threshold) and the batch travel as arguments.
 """
 
+import dataclasses
+import functools
 from typing import Callable
 
 import flax.struct
@@ -49,6 +54,55 @@ from spec_decode import speculative
 StepFn = Callable[[jax.Array, cache_lib.Cache], tuple[jax.Array, cache_lib.Cache]]
 
 BOS_ID = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopOptions:
+  """The static options of a decoding loop, checked once when built.
+
+  Frozen and hashable, so one object is a `jax.jit` static argument: the
+  front ends (`models`, `sharding`, the command line) build it from their
+  keyword arguments and pass it down whole. Changing it recompiles; the
+  traced knobs (sampling, draft_sampling, lenience, confidence_threshold)
+  are arguments of the loop and never recompile.
+
+  Attributes:
+    max_decode_len: most output tokens per row, an int >= 1.
+    gamma: drafted tokens per iteration, an int >= 1; 0 is the baseline.
+    verification: 'token' (Algorithm 1) or 'block' (speculative.accept_reject).
+    verify_lengths: None (every verify call covers gamma + 1 positions), or
+      the K values of drafting.verify, stored sorted with gamma + 1 added.
+    eos_id: the token that ends a row (a negative id: none does, as the
+      cost measurements decode to max_decode_len).
+    check_finite: stop a row whose logits are not finite and flag it in
+      DecodeOutput.nonfinite (loop_utils.nonfinite_rows).
+
+  Raises:
+    ValueError: a value outside its range, named (also verify_lengths or a
+      verification other than 'token' for the baseline).
+  """
+
+  max_decode_len: int
+  gamma: int = 0
+  verification: str = 'token'
+  verify_lengths: tuple[int, ...] | None = None
+  eos_id: int = 1
+  check_finite: bool = True
+
+  def __post_init__(self):
+    assign = functools.partial(object.__setattr__, self)
+    assign('max_decode_len', check_size('max_decode_len', self.max_decode_len))
+    assign('gamma', check_size('gamma', self.gamma, minimum=0))
+    speculative.check_verification(self.verification)
+    if not self.gamma and (self.verification != 'token' or self.verify_lengths is not None):
+      raise ValueError(f'the baseline (gamma 0) verifies nothing: verification '
+                       f'{self.verification!r} and verify_lengths {self.verify_lengths!r} need '
+                       f'gamma >= 1')
+    assign('verify_lengths', drafting.check_verify_lengths(self.verify_lengths, self.gamma))
+    assign('eos_id', api_checks.check_int('eos_id', self.eos_id, minimum=-api_checks.INT32_MAX))
+    if not isinstance(self.check_finite, bool):
+      raise ValueError(f'check_finite must be True or False, got {self.check_finite!r}')
+    loop_utils.cache_length(self.max_decode_len, self.gamma)  # positions within int32
 
 
 @flax.struct.dataclass
@@ -152,10 +206,9 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
   Returns:
     DecodeOutput with gamma = 0 (accept_histogram [1] counts target calls).
   """
-  return _decode(step_fn, cache, None, None, gamma=0, max_decode_len=max_decode_len, rng=rng,
-                 sampling=sampling, lenience=1.0, verification='token',
-                 confidence_threshold=None, verify_lengths=None, prompt=prompt,
-                 eos_id=eos_id, check_finite=check_finite)
+  options = LoopOptions(max_decode_len, eos_id=eos_id, check_finite=check_finite)
+  return decode_loop(step_fn, cache, None, None, options, rng=rng, sampling=sampling,
+                     prompt=prompt)
 
 
 def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
@@ -209,28 +262,49 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
   Returns:
     DecodeOutput.
   """
-  gamma = check_size('gamma', gamma)
-  speculative.check_lenience(lenience)
-  speculative.check_verification(verification)
-  drafting.check_threshold(confidence_threshold)
-  return _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
-                 max_decode_len=max_decode_len, rng=rng, sampling=sampling,
-                 draft_sampling=draft_sampling, lenience=lenience,
-                 verification=verification, confidence_threshold=confidence_threshold,
-                 verify_lengths=drafting.check_verify_lengths(verify_lengths, gamma),
-                 prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+  options = LoopOptions(max_decode_len, check_size('gamma', gamma), verification, verify_lengths,
+                        eos_id, check_finite)
+  return decode_loop(target_step_fn, target_cache, draft_step_fn, draft_cache, options, rng=rng,
+                     sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
+                     confidence_threshold=confidence_threshold, prompt=prompt)
 
 
-def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, max_decode_len,
-            rng, sampling, lenience, verification, confidence_threshold, verify_lengths, prompt,
-            eos_id, check_finite, draft_sampling=None) -> DecodeOutput:
-  """Shared setup, loop and output of both decoders (gamma = 0: baseline)."""
+def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
+                draft_step_fn: StepFn | None, draft_cache: cache_lib.Cache | None,
+                options: LoopOptions, *, rng: jax.Array,
+                sampling: sampling_lib.SamplingParams | None = None,
+                draft_sampling: sampling_lib.SamplingParams | None = None,
+                lenience: float | jax.Array = 1.0,
+                confidence_threshold: float | jax.Array | None = None,
+                prompt: jax.Array | None = None) -> DecodeOutput:
+  """Either loop by its LoopOptions: the baseline when options.gamma is 0.
+
+  What `autoregressive_decode` and `speculative_decode` run, for front ends
+  that hold a LoopOptions already.
+
+  Args:
+    target_step_fn, target_cache: the target M_p's step function and fresh
+      Cache (capacity >= cache_length(options.max_decode_len, options.gamma)).
+    draft_step_fn, draft_cache: the draft M_q's, or None for the baseline.
+    options: the static options; gamma 0 exactly when there is no draft.
+    rng, sampling, draft_sampling, lenience, confidence_threshold, prompt:
+      the traced arguments, as `speculative_decode` takes them.
+
+  Returns:
+    DecodeOutput.
+  """
   speculate = draft_step_fn is not None
+  if speculate != (options.gamma > 0):
+    raise ValueError(f'gamma {options.gamma} with {"a" if speculate else "no"} draft: '
+                     'speculative decoding needs a draft and gamma >= 1, the baseline neither')
+  if speculate:
+    speculative.check_lenience(lenience)
+    drafting.check_threshold(confidence_threshold)
+  gamma, max_decode_len = options.gamma, options.max_decode_len
   batch = target_cache.batch_size
   prompt = None if prompt is None else api_checks.as_array('prompt', prompt)
   loop_utils.check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache,
-                               gamma=gamma,
-                     max_decode_len=max_decode_len, prompt=prompt)
+                               gamma=gamma, max_decode_len=max_decode_len, prompt=prompt)
   sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
   draft_sampling = draft_sampling if draft_sampling is not None else sampling
   sampling_lib.check_batch(sampling, batch)
@@ -257,19 +331,14 @@ def _decode(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma, 
       accept_histogram=jnp.zeros((gamma + 1,), jnp.int32),
       draft_histogram=jnp.zeros((gamma + 1,), jnp.int32),
       loop_target_calls=jnp.zeros((), jnp.int32), loop_draft_calls=jnp.zeros((), jnp.int32),
-      nonfinite=jnp.zeros((batch,), bool) if check_finite else None)
+      nonfinite=jnp.zeros((batch,), bool) if options.check_finite else None)
 
   if speculate:
-    body = _speculative_body(target_step_fn, draft_step_fn, gamma=gamma,
-                             max_decode_len=max_decode_len, sampling=sampling,
+    body = _speculative_body(target_step_fn, draft_step_fn, options, sampling=sampling,
                              draft_sampling=draft_sampling, lenience=lenience,
-                             verification=verification,
-                             confidence_threshold=confidence_threshold,
-                             verify_lengths=verify_lengths, eos_id=eos_id,
-                             check_finite=check_finite)
+                             confidence_threshold=confidence_threshold)
   else:
-    body = _autoregressive_body(target_step_fn, max_decode_len=max_decode_len, sampling=sampling,
-                                eos_id=eos_id)
+    body = _autoregressive_body(target_step_fn, options, sampling=sampling)
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state)
 
   positions = jnp.arange(1, max_decode_len + 1)
@@ -292,8 +361,9 @@ def _flag_nonfinite(s: _LoopState, done: jax.Array,
   return {'done': done | nonfinite, 'nonfinite': nonfinite}
 
 
-def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
+def _autoregressive_body(step_fn, options: LoopOptions, *, sampling):
   """One baseline iteration: one target call, one token per unfinished row."""
+  max_decode_len, eos_id = options.max_decode_len, options.eos_id
 
   def body(s: _LoopState) -> _LoopState:
     rng, key = loop_utils.split_rows(s.rng, 2)
@@ -315,10 +385,10 @@ def _autoregressive_body(step_fn, *, max_decode_len, sampling, eos_id):
   return body
 
 
-def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, sampling,
-                      draft_sampling, lenience, verification, confidence_threshold,
-                      verify_lengths, eos_id, check_finite):
+def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, *, sampling,
+                      draft_sampling, lenience, confidence_threshold):
   """One speculative iteration: up to gamma draft calls, one verify call, accept."""
+  gamma, max_decode_len, eos_id = options.gamma, options.max_decode_len, options.eos_id
 
   def body(s: _LoopState) -> _LoopState:
     rng, draft_key, accept_key = loop_utils.split_rows(s.rng, 3)
@@ -330,15 +400,16 @@ def _speculative_body(target_step_fn, draft_step_fn, *, gamma, max_decode_len, s
     draft_keys = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key), 0, 1)
     draft_cache, x, q, lengths, steps, draft_bad = drafting.draft_block(
         draft_step_fn, s.draft_cache, last, draft_keys, gamma=gamma, sampling=draft_sampling,
-        active=active, confidence_threshold=confidence_threshold, check_finite=check_finite)
+        active=active, confidence_threshold=confidence_threshold,
+        check_finite=options.check_finite)
 
     # 2. Verify: one target call over [last, x_1..x_gamma] (or its first K
     #    positions) -> the logits of p [B, gamma + 1, V].
     logits, target_cache = drafting.verify(target_step_fn,
                                            jnp.concatenate([last[:, None], x], axis=1),
-                                           s.target_cache, steps, verify_lengths)
+                                           s.target_cache, steps, options.verify_lengths)
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
-    n, y = speculative.accept(accept_key, x, q, logits, sampling, lenience, verification,
+    n, y = speculative.accept(accept_key, x, q, logits, sampling, lenience, options.verification,
                               lengths=None if confidence_threshold is None else lengths)
     # The draft has seen x_1..x_{steps-1}: rows that kept all `steps` drafts
     # need x_steps fed (a row that stopped earlier fed its last draft already).

@@ -207,9 +207,9 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
   """
   encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
                                                          model.vocab_size)
-  return _generate(model, encoder_input_tokens, api_checks.check_rng(rng), sampling, prompt,
-                   max_decode_len=decoding.check_size('max_decode_len', max_decode_len),
-                   eos_id=eos_id, check_finite=check_finite)
+  options = decoding.LoopOptions(max_decode_len, eos_id=eos_id, check_finite=check_finite)
+  return _decode(model, None, encoder_input_tokens, api_checks.check_rng(rng), options,
+                 sampling=sampling, prompt=prompt)
 
 
 def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
@@ -266,15 +266,11 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
                                                          target.vocab_size)
   speculative.check_lenience(lenience)
   drafting.check_threshold(confidence_threshold)
-  rng = api_checks.check_rng(rng)
-  gamma = decoding.check_size('gamma', gamma)
-  return _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
-                               prompt, lenience, confidence_threshold, gamma=gamma,
-                               verify_lengths=drafting.check_verify_lengths(verify_lengths, gamma),
-                               verification=speculative.check_verification(verification),
-                               max_decode_len=decoding.check_size('max_decode_len',
-                                                                  max_decode_len),
-                               eos_id=eos_id, check_finite=check_finite)
+  options = decoding.LoopOptions(max_decode_len, decoding.check_size('gamma', gamma),
+                                 verification, verify_lengths, eos_id, check_finite)
+  return _decode(target, draft, encoder_input_tokens, api_checks.check_rng(rng), options,
+                 sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
+                 confidence_threshold=confidence_threshold, prompt=prompt)
 
 
 def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size: int,
@@ -334,28 +330,43 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
                         check_finite=check_finite)
 
 
-@functools.partial(jax.jit, static_argnames=('max_decode_len', 'eos_id', 'check_finite'))
-def _generate(model, encoder_input_tokens, rng, sampling, prompt, *, max_decode_len, eos_id,
-              check_finite):
-  step_fn, cache = model.start(encoder_input_tokens, decoding.cache_length(max_decode_len))
-  return decoding.autoregressive_decode(step_fn, cache, max_decode_len=max_decode_len, rng=rng,
-                                        sampling=sampling, prompt=prompt, eos_id=eos_id,
-                                        check_finite=check_finite)
+def decode(target: T5Model, draft: 'T5Model | drafts.DraftProvider | None',
+           encoder_input_tokens: jax.Array, rng: jax.Array, options: decoding.LoopOptions, *,
+           sampling: sampling_lib.SamplingParams | None = None,
+           draft_sampling: sampling_lib.SamplingParams | None = None,
+           lenience: float | jax.Array = 1.0,
+           confidence_threshold: float | jax.Array | None = None,
+           prompt: jax.Array | None = None) -> decoding.DecodeOutput:
+  """Either loop over T5 models by one LoopOptions, traced in the caller's jit.
 
+  What `generate` and `speculative_generate` compile (after checking their
+  arguments), and what `spec_decode.sharding` compiles over a mesh: the
+  models start from the inputs, then `decoding.decode_loop` runs.
 
-@functools.partial(jax.jit, static_argnames=('gamma', 'verification', 'verify_lengths',
-                                             'max_decode_len', 'eos_id', 'check_finite'))
-def _speculative_generate(target, draft, encoder_input_tokens, rng, sampling, draft_sampling,
-                          prompt, lenience, confidence_threshold, *, gamma, verification,
-                          verify_lengths, max_decode_len, eos_id, check_finite):
-  capacity = decoding.cache_length(max_decode_len, gamma)
+  Args:
+    target: the model M_p.
+    draft: the draft M_q (a T5Model or a draft provider), or None for the
+      baseline; options.gamma is 0 exactly then.
+    encoder_input_tokens: [B, S] int32, 0 = padding.
+    rng: [B] PRNG keys or one key.
+    options: the static options.
+    sampling, draft_sampling, lenience, confidence_threshold, prompt: the
+      traced arguments of `speculative_generate`.
+
+  Returns:
+    decoding.DecodeOutput, tokens [B, options.max_decode_len].
+  """
+  capacity = decoding.cache_length(options.max_decode_len, options.gamma)
   target_step_fn, target_cache = target.start(encoder_input_tokens, capacity)
-  draft_step_fn, draft_cache = draft.start(encoder_input_tokens, capacity)
-  return decoding.speculative_decode(
-      target_step_fn, target_cache, draft_step_fn, draft_cache, gamma=gamma,
-      max_decode_len=max_decode_len, rng=rng, sampling=sampling, draft_sampling=draft_sampling,
-      lenience=lenience, verification=verification, confidence_threshold=confidence_threshold,
-      verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+  draft_step_fn, draft_cache = (None, None) if draft is None else draft.start(
+      encoder_input_tokens, capacity)
+  return decoding.decode_loop(target_step_fn, target_cache, draft_step_fn, draft_cache, options,
+                              rng=rng, sampling=sampling, draft_sampling=draft_sampling,
+                              lenience=lenience, confidence_threshold=confidence_threshold,
+                              prompt=prompt)
+
+
+_decode = jax.jit(decode, static_argnums=4)
 
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'max_decode_len', 'draft_width', 'gamma',

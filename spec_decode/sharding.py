@@ -264,16 +264,16 @@ def _input_shardings(model: ShardedT5Model, encoder_input_tokens, rng) -> tuple:
   return rows, _row_sharding(mesh, rules, rng), NamedSharding(mesh, PartitionSpec()), rows
 
 
-def _output_shardings(model: ShardedT5Model, batch: int, max_decode_len: int,
-                      check_finite: bool) -> decoding.DecodeOutput:
+def _output_shardings(model: ShardedT5Model, batch: int,
+                      options: decoding.LoopOptions) -> decoding.DecodeOutput:
   """out_shardings: per-row fields split, loop totals replicated."""
   rows = batch_sharding(model.mesh, model.rules, (batch,))
   replicated = NamedSharding(model.mesh, PartitionSpec())
   return decoding.DecodeOutput(
-      tokens=batch_sharding(model.mesh, model.rules, (batch, max_decode_len)), lengths=rows,
-      generated=rows, target_calls=rows, draft_calls=rows, accept_histogram=replicated,
-      loop_target_calls=replicated, loop_draft_calls=replicated,
-      nonfinite=rows if check_finite else None, draft_histogram=replicated)
+      tokens=batch_sharding(model.mesh, model.rules, (batch, options.max_decode_len)),
+      lengths=rows, generated=rows, target_calls=rows, draft_calls=rows,
+      accept_histogram=replicated, loop_target_calls=replicated, loop_draft_calls=replicated,
+      nonfinite=rows if options.check_finite else None, draft_histogram=replicated)
 
 
 def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
@@ -293,14 +293,9 @@ def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Ar
   """
   encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
                                                          model.vocab_size)
-  max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
-  batch = jnp.shape(encoder_input_tokens)[0]
-  rng = api_checks.check_rng(rng)
-  in_shardings = (model.shardings(), *_input_shardings(model, encoder_input_tokens, rng))
-  jitted = jax.jit(_generate, static_argnums=(0, 1, 2), in_shardings=in_shardings,
-                   out_shardings=_output_shardings(model, batch, max_decode_len, check_finite))
-  return jitted(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
-                prompt)
+  options = decoding.LoopOptions(max_decode_len, eos_id=eos_id, check_finite=check_finite)
+  return decode(model, None, encoder_input_tokens, api_checks.check_rng(rng), options,
+                sampling=sampling, prompt=prompt)
 
 
 def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
@@ -331,40 +326,45 @@ def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
   encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
                                                          target.vocab_size)
   speculative.check_lenience(lenience)
-  speculative.check_verification(verification)
   drafting.check_threshold(confidence_threshold)
-  gamma = decoding.check_size('gamma', gamma)
-  max_decode_len = decoding.check_size('max_decode_len', max_decode_len)
-  batch = jnp.shape(encoder_input_tokens)[0]
-  rng = api_checks.check_rng(rng)
-  in_shardings = (target.shardings(), draft.shardings(),
-                  *_input_shardings(target, encoder_input_tokens, rng),
-                  NamedSharding(target.mesh, PartitionSpec()),
-                  NamedSharding(target.mesh, PartitionSpec()),
-                  None if confidence_threshold is None else NamedSharding(target.mesh,
-                                                                          PartitionSpec()))
-  verify_lengths = drafting.check_verify_lengths(verify_lengths, gamma)
-  jitted = jax.jit(_speculative_generate, static_argnums=(0, 1, 2, 3, 4, 5),
-                   in_shardings=in_shardings,
-                   out_shardings=_output_shardings(target, batch, max_decode_len, check_finite))
-  return jitted(gamma, verification, verify_lengths, max_decode_len, eos_id, check_finite,
-                target, draft,
-                encoder_input_tokens, rng, sampling, prompt, draft_sampling, lenience,
-                confidence_threshold)
+  options = decoding.LoopOptions(max_decode_len, decoding.check_size('gamma', gamma),
+                                 verification, verify_lengths, eos_id, check_finite)
+  return decode(target, draft, encoder_input_tokens, api_checks.check_rng(rng), options,
+                sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
+                confidence_threshold=confidence_threshold, prompt=prompt)
 
 
-def _generate(max_decode_len, eos_id, check_finite, model, encoder_input_tokens, rng, sampling,
-              prompt):
-  return models.generate(model, encoder_input_tokens, rng, max_decode_len=max_decode_len,
-                         sampling=sampling, prompt=prompt, eos_id=eos_id,
-                         check_finite=check_finite)
+def decode(target: ShardedT5Model, draft: ShardedT5Model | None, encoder_input_tokens: jax.Array,
+           rng: jax.Array, options: decoding.LoopOptions, *,
+           sampling: sampling_lib.SamplingParams | None = None,
+           draft_sampling: sampling_lib.SamplingParams | None = None,
+           lenience: float | jax.Array = 1.0,
+           confidence_threshold: float | jax.Array | None = None,
+           prompt: jax.Array | None = None) -> decoding.DecodeOutput:
+  """`models.decode` over the target's mesh, compiled with each model's shardings.
+
+  Args:
+    target, draft, encoder_input_tokens, rng, options, sampling,
+      draft_sampling, lenience, confidence_threshold, prompt: as
+      `models.decode` (draft None: the baseline); rows split over `data`.
+
+  Returns:
+    decoding.DecodeOutput, rows split over `data`.
+  """
+  replicated = NamedSharding(target.mesh, PartitionSpec())
+  in_shardings = (target.shardings(), None if draft is None else draft.shardings(),
+                  *_input_shardings(target, encoder_input_tokens, rng), replicated, replicated,
+                  None if confidence_threshold is None else replicated)
+  jitted = jax.jit(_decode, static_argnums=0, in_shardings=in_shardings,
+                   out_shardings=_output_shardings(target, jnp.shape(encoder_input_tokens)[0],
+                                                   options))
+  return jitted(options, target, draft, encoder_input_tokens, rng, sampling, prompt,
+                draft_sampling, lenience, confidence_threshold)
 
 
-def _speculative_generate(gamma, verification, verify_lengths, max_decode_len, eos_id,
-                          check_finite, target, draft, encoder_input_tokens, rng, sampling, prompt,
-                          draft_sampling, lenience, confidence_threshold):
-  return models.speculative_generate(
-      target, draft, encoder_input_tokens, rng, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
-      verification=verification, confidence_threshold=confidence_threshold,
-      verify_lengths=verify_lengths, prompt=prompt, eos_id=eos_id, check_finite=check_finite)
+def _decode(options, target, draft, encoder_input_tokens, rng, sampling, prompt, draft_sampling,
+            lenience, confidence_threshold):
+  """models.decode with its arguments in the order of `decode`'s in_shardings."""
+  return models.decode(target, draft, encoder_input_tokens, rng, options, sampling=sampling,
+                       draft_sampling=draft_sampling, lenience=lenience,
+                       confidence_threshold=confidence_threshold, prompt=prompt)

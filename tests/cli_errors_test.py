@@ -21,7 +21,6 @@ from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import models
 from spec_decode import text
-from spec_decode.cli import infer
 from spec_decode.cli import settings
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5 import t5_1_1
@@ -75,11 +74,16 @@ CASES = {
                                        'vocabulary mismatch: '),
     'vocabulary_not_the_checkpoints_override': (
         ["--gin.DRAFT_CHECKPOINT='{d}/other_vocabulary'"], '--gin.ALLOW_VOCABULARY_MISMATCH=True'),
+    'draft_top_k_negative': (['--gin.DRAFT_TOP_K=-1'],
+                             "the draft's knobs (DRAFT_TEMPERATURE, DRAFT_TOP_K, DRAFT_TOP_P in "
+                             'gin): top_k'),
+    'draft_top_p_quoted': (["--gin.DRAFT_TOP_P='0.9'"],
+                           'draft_top_p (DRAFT_TOP_P in gin) must be a number or None'),
     'smaller_vocabulary': (["--gin.VOCABULARY_FILE='{d}/spm500.model'"],
                            "the vocabulary ({d}/spm500.model) has 500 ids but the models' "
                            'vocab_size is 8192 (expected 500..512'),
     'misspelt_macro': (['--gin.TEMPRATURE=0.7'],
-                       'no gin file uses the macro TEMPRATURE (did you mean TEMPERATURE?)'),
+                       'no gin file uses the macro TEMPRATURE (did you mean TEMPERATURE or '),
     'model_parallel_without_mesh': (['--gin.MODEL_PARALLEL=2'],
                                     'no gin file uses the macro MODEL_PARALLEL '
                                     '(--gin_file=runs/sharded/mesh.gin uses it)'),
@@ -269,6 +273,6 @@ def test_allow_vocabulary_mismatch_warns_and_goes_on(files):
   configs = {name: t5_1_1('tiny', vocab_size=8192) for name in paths}
   vocabulary = text.Vocabulary(data.VOCAB_PATH)
   with pytest.raises(ConfigError, match='vocabulary mismatch'):
-    infer._check_recorded_vocabularies(vocabulary, paths, configs, allow_mismatch=False)
+    settings.check_recorded_vocabularies(vocabulary, paths, configs, allow_mismatch=False)
   with pytest.warns(UserWarning, match='vocabulary mismatch'):
-    infer._check_recorded_vocabularies(vocabulary, paths, configs, allow_mismatch=True)
+    settings.check_recorded_vocabularies(vocabulary, paths, configs, allow_mismatch=True)

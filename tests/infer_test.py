@@ -208,3 +208,19 @@ def test_beam_search_with_and_without_a_draft(tmp_path, checkpoint_dir):
     tolerances.assert_close([b['score'] for b in s['beams']], [b['score'] for b in p['beams']],
                             ulps=32)
     assert s['draft_calls'] >= 2 * s['target_calls'] and p['draft_calls'] == 0
+
+
+def test_the_drafts_own_knobs_reach_the_loop(tmp_path, checkpoint_dir):
+  # The target as its own draft at T = 1: with the target's knobs q = p and every draft is
+  # accepted; a greedy q (DRAFT_TEMPERATURE = 0) differs from p and some are rejected.
+  gin_file = _gin_file(tmp_path, checkpoint_dir, 'decode')
+  flags = [f"--gin.DRAFT_CHECKPOINT='{checkpoint_dir / 'target'}'", f'--gin.GAMMA={GAMMA}',
+           '--gin.TEMPERATURE=1.0', '--gin.BATCH_SIZE=5']
+  stdin = '\n'.join(INPUTS) + '\n'
+  histograms = {}
+  for name, extra in (('same', []), ('greedy_q', ['--gin.DRAFT_TEMPERATURE=0.0'])):
+    result = _decode(gin_file, *flags, *extra, stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    histograms[name] = _records(result.stdout)[0]['batch_accept_histogram']
+  assert sum(histograms['same'][:GAMMA]) == 0 < histograms['same'][GAMMA], histograms
+  assert sum(histograms['greedy_q'][:GAMMA]) > 0, histograms

@@ -84,7 +84,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           max_decode_len: int = 128, batch_size: int = 8, seed: int = 0,
           model_parallel: int = 0, check_finite: bool = True, decode: str = 'sample',
           beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4,
-          memory_limit_gb: float | None = None,
+          draft_temperature: float | None = None, draft_top_k: int | None = None,
+          draft_top_p: float | None = None, memory_limit_gb: float | None = None,
           allow_vocabulary_mismatch: bool = False) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
@@ -140,6 +141,10 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     draft_width: decode='beam' with a draft: paths drafted from each live
       beam (its m most likely next tokens, each continued greedily to gamma
       tokens); one target call covers W * draft_width paths.
+    draft_temperature, draft_top_k, draft_top_p: the knobs that turn the
+      draft's logits into q, each None for the target's (the output follows
+      p exactly for any q: e.g. draft_top_k=0, draft_top_p=1.0 spare the
+      draft its truncation work; models.speculative_generate's draft_sampling).
     memory_limit_gb: the memory the run may use, in GB; None: the device's
       limit (an accelerator) or MemAvailable (a CPU host). A run whose buffers
       (spec_decode.cli.memory: parameters, encoder outputs, KV caches) exceed
@@ -165,6 +170,14 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  draft_knobs = (draft_temperature, draft_top_k, draft_top_p)
+  try:
+    draft_sampling = None if draft_knobs == (None, None, None) else (
+        sampling_lib.SamplingParams.create(*(t if d is None else d for d, t in zip(
+            draft_knobs, (temperature, top_k, top_p)))))
+  except ValueError as e:
+    raise ConfigError(f'the draft\'s knobs (DRAFT_TEMPERATURE, DRAFT_TOP_K, DRAFT_TOP_P in gin): '
+                      f'{e}') from None
   configs = {'target': target_config, **({'draft': draft_config} if speculate else {})}
   infer_settings.check_vocabulary(vocabulary, configs)
   paths = {'target': target_checkpoint, 'draft': draft_checkpoint}
@@ -173,7 +186,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       checkpoints.checkpoint_format(paths[name])
     except FileNotFoundError as e:
       raise ConfigError(f'{name} checkpoint: {e}') from None
-  _check_recorded_vocabularies(vocabulary, paths, configs, allow_vocabulary_mismatch)
+  infer_settings.check_recorded_vocabularies(vocabulary, paths, configs,
+                                             allow_vocabulary_mismatch)
 
   examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
                            max_input_len=max_input_len, truncate=truncate_inputs,
@@ -189,36 +203,25 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
                    max_decode_len=max_decode_len, check_finite=check_finite)
   else:
-    options = dict(gamma=gamma, lenience=lenience, verification=verification,
-                   confidence_threshold=confidence_threshold,
-                   verify_lengths=None if verify_lengths is None else tuple(verify_lengths),
-                   max_decode_len=max_decode_len, check_finite=check_finite)
+    try:
+      loop = decoding.LoopOptions(max_decode_len, gamma if speculate else 0,
+                                  verification if speculate else 'token',
+                                  tuple(verify_lengths) if speculate and verify_lengths else None,
+                                  EOS_ID, check_finite)
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
+    options = dict(loop=loop, lenience=lenience, confidence_threshold=confidence_threshold)
   with jsonl.writing(jsonl.Output(output_file, input_file), len(examples)) as out:
-    summary = _run(out, examples, configs, paths, vocabulary, sampling, options,
-                   beam=decode == 'beam', batch_size=batch_size, seed=seed,
+    summary = _run(out, examples, configs, paths, vocabulary, (sampling, draft_sampling),
+                   options, beam=decode == 'beam', batch_size=batch_size, seed=seed,
                    model_parallel=model_parallel)
   _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
 
 
-def _check_recorded_vocabularies(vocabulary: Any, paths: dict[str, str | None],
-                                 configs: dict[str, T5Config], allow_mismatch: bool) -> None:
-  """ConfigError when a checkpoint records another vocabulary than the run's (or the pair's)."""
-  override = '--gin.ALLOW_VOCABULARY_MISMATCH=True'
-  try:
-    if getattr(vocabulary, 'sentencepiece_model_file', None) is not None:
-      for name in configs:
-        checkpoints.check_vocabulary(paths[name], vocabulary, allow_mismatch=allow_mismatch,
-                                     override=override)
-    if 'draft' in configs:
-      checkpoints.check_vocabulary_pair(paths['target'], paths['draft'],
-                                        allow_mismatch=allow_mismatch, override=override)
-  except (ValueError, FileNotFoundError) as e:
-    raise ConfigError(str(e)) from None
-
-
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
-         paths: dict[str, str | None], vocabulary: Any, sampling: sampling_lib.SamplingParams,
+         paths: dict[str, str | None], vocabulary: Any,
+         knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None],
          options: dict[str, Any], *, beam: bool, batch_size: int, seed: int,
          model_parallel: int) -> dict[str, Any]:
   """Loads the models, compiles, decodes every batch into `out`; returns the summary.
@@ -234,14 +237,14 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
   batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
   decode = jax.jit(functools.partial(_beam_decode if beam else _decode, **options))
   start = time.perf_counter()
-  decode = decode.lower(target, draft, *batches[0][1:], sampling).compile()
+  decode = decode.lower(target, draft, *batches[0][1:], knobs).compile()
   compile_s = time.perf_counter() - start
 
   decode_s, generated, target_calls, histogram, drafted = 0.0, 0, 0, 0, 0
   with tqdm.tqdm(total=len(examples), unit='ex', file=sys.stderr, desc='decoding') as bar:
     for index, (rows, tokens, rng) in enumerate(batches):
       start = time.perf_counter()
-      result = jax.device_get(decode(target, draft, tokens, rng, sampling))
+      result = jax.device_get(decode(target, draft, tokens, rng, knobs))
       walltime = time.perf_counter() - start
       bad = None if result.nonfinite is None else result.nonfinite[:len(rows)]
       if bad is not None and bad.any():
@@ -318,21 +321,18 @@ def _batches(examples: list[Example], batch_size: int, input_len: int,
 
 
 def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
-            rng: jax.Array, sampling: sampling_lib.SamplingParams, *, gamma: int,
-            lenience: float, verification: str, confidence_threshold: float | None,
-            verify_lengths: tuple[int, ...] | None, max_decode_len: int,
-            check_finite: bool) -> decoding.DecodeOutput:
-  """Baseline decoding without a draft, speculative decoding with one."""
+            rng: jax.Array,
+            knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None], *,
+            loop: decoding.LoopOptions, lenience: float,
+            confidence_threshold: float | None) -> decoding.DecodeOutput:
+  """Baseline decoding without a draft, speculative decoding with one (knobs: p's, q's)."""
   lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
+  sampling, draft_sampling = knobs
   if draft is None:
-    return lib.generate(target, tokens, rng, max_decode_len=max_decode_len,
-                        sampling=sampling, eos_id=EOS_ID, check_finite=check_finite)
-  return lib.speculative_generate(target, draft, tokens, rng, gamma=gamma,
-                                  max_decode_len=max_decode_len, sampling=sampling,
-                                  lenience=lenience, verification=verification,
-                                  confidence_threshold=confidence_threshold,
-                                  verify_lengths=verify_lengths, eos_id=EOS_ID,
-                                  check_finite=check_finite)
+    return lib.decode(target, None, tokens, rng, loop, sampling=sampling)
+  return lib.decode(target, draft, tokens, rng, loop, sampling=sampling,
+                    draft_sampling=draft_sampling, lenience=lenience,
+                    confidence_threshold=confidence_threshold)
 
 
 def _record(example: Example, result: decoding.DecodeOutput, b: int,
@@ -347,10 +347,9 @@ def _record(example: Example, result: decoding.DecodeOutput, b: int,
 
 
 def _beam_decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
-                 rng: jax.Array, sampling: sampling_lib.SamplingParams, **options: Any
-                 ) -> beam_search.BeamOutput:
-  """Beam search (speculative with a draft); rng and sampling are unused."""
-  del rng, sampling
+                 rng: jax.Array, knobs: Any, **options: Any) -> beam_search.BeamOutput:
+  """Beam search (speculative with a draft); rng and the sampling knobs are unused."""
+  del rng, knobs
   return models.beam_generate(target, tokens, draft=draft, eos_id=EOS_ID, **options)
 
 

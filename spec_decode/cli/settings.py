@@ -12,6 +12,7 @@ from typing import Any
 from etils import epath
 
 from spec_decode import api_checks
+from spec_decode import checkpoints
 from spec_decode import drafting
 from spec_decode import speculative
 from spec_decode.cli.gin_utils import ConfigError
@@ -45,6 +46,9 @@ _SETTINGS = {
         'model_parallel', 'beam_size', 'draft_width')},
     **{name: (numbers.Real, _NUMBER) for name in ('temperature', 'top_p', 'lenience',
                                                    'beam_alpha')},
+    'draft_temperature': ((numbers.Real, type(None)), 'a number or None'),
+    'draft_top_k': ((numbers.Integral, type(None)), 'an integer or None'),
+    'draft_top_p': ((numbers.Real, type(None)), 'a number or None'),
 }
 
 
@@ -137,10 +141,27 @@ def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
         f'to a multiple of {VOCAB_PADDING}): the wrong vocabulary for these models?')
 
 
+def check_recorded_vocabularies(vocabulary: Any, paths: dict[str, str | None],
+                                configs: dict[str, T5Config], allow_mismatch: bool) -> None:
+  """ConfigError when a checkpoint records another vocabulary than the run's (or the pair's)."""
+  override = '--gin.ALLOW_VOCABULARY_MISMATCH=True'
+  try:
+    if getattr(vocabulary, 'sentencepiece_model_file', None) is not None:
+      for name in configs:
+        checkpoints.check_vocabulary(paths[name], vocabulary, allow_mismatch=allow_mismatch,
+                                     override=override)
+    if 'draft' in configs:
+      checkpoints.check_vocabulary_pair(paths['target'], paths['draft'],
+                                        allow_mismatch=allow_mismatch, override=override)
+  except (ValueError, FileNotFoundError) as e:
+    raise ConfigError(str(e)) from None
+
+
 # Settings decode='beam' does not use, with their neutral values.
 _SAMPLING_ONLY = {'temperature': 0.0, 'top_k': 0, 'top_p': 1.0, 'lenience': 1.0,
                   'verification': 'token', 'confidence_threshold': None,
-                  'verify_lengths': None, 'model_parallel': 0}
+                  'verify_lengths': None, 'model_parallel': 0, 'draft_temperature': None,
+                  'draft_top_k': None, 'draft_top_p': None}
 
 
 def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: int,
