@@ -36,20 +36,22 @@ from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode import models
-from spec_decode.t5.config import T5Config, t5_1_1
+from spec_decode.t5 import config as config_lib
+from spec_decode.t5.config import T5Config
 
 MODELS_DIR = data.DATA_DIR / 'models'
 VOCABULARY = str(data.VOCAB_PATH)  # the bundled 8k SentencePiece model the three were trained with
 
-DEMO_VOCAB_SIZE = 8192
-NAMES = ('target', 'draft_large', 'draft_small')
+DEMO_VOCAB_SIZE = data.VOCAB_SIZE
+NAMES = tuple(data.MODEL_SIZES)
 
 
 def config(name: str, dtype: str = 'float32') -> T5Config:
-  """The T5Config of a bundled model (t5_1_1 size 'demo_' + name)."""
+  """The T5Config of a bundled model (its shape: data.MODEL_SIZES[name])."""
   if name not in NAMES:
     raise ValueError(f'unknown demo model {name!r}; expected one of {NAMES}')
-  return t5_1_1(f'demo_{name}', vocab_size=DEMO_VOCAB_SIZE, dtype=dtype, param_dtype=dtype)
+  return config_lib.of_size(data.MODEL_SIZES[name], vocab_size=DEMO_VOCAB_SIZE, dtype=dtype,
+                           param_dtype=dtype)
 
 
 def checkpoint_dir(name: str) -> str:

@@ -17,6 +17,14 @@ from typing import Callable, Optional, TextIO
 DATA_DIR = pathlib.Path(__file__).resolve().parent
 _PACKAGE_DIR = DATA_DIR.parent
 VOCAB_PATH = DATA_DIR / 'vocab' / 'spm_8k.model'
+VOCAB_SIZE = 8192  # the bundled vocabulary's ids, which the bundled models embed
+# The bundled models (models/<name>/, T5 1.1 layers over the bundled vocabulary): (emb_dim,
+# num_heads, encoder layers, decoder layers, head_dim, mlp_dim), as spec_decode.t5.SIZES.
+MODEL_SIZES = {
+    'target': (384, 6, 4, 4, 64, 768),
+    'draft_large': (256, 4, 2, 2, 64, 768),
+    'draft_small': (128, 2, 2, 2, 64, 512),
+}
 
 
 

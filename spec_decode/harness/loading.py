@@ -24,7 +24,7 @@ from spec_decode import data
 from spec_decode import decoding
 from spec_decode import drafts
 from spec_decode import models
-from spec_decode.t5.config import T5Config, t5_1_1
+from spec_decode.t5.config import T5Config, of_size, t5_1_1
 
 
 BOS_ID, EOS_ID = decoding.BOS_ID, 1
@@ -35,16 +35,19 @@ INPUT_BUCKET = 32
 
 
 def parse_config(spec: str, vocab_size: int = 8192, dtype: str | None = None) -> T5Config:
-  """A T5Config from a size name of `t5_1_1` or a JSON file of T5Config fields.
+  """A T5Config from a size name of `t5_1_1`, a bundled model's, or a JSON file.
 
   Args:
-    spec: e.g. 'small' (with `vocab_size`, default the bundled 8k vocabulary)
-      or 'target.json' holding {"vocab_size": 8192, "emb_dim": 512, ...}.
+    spec: e.g. 'small' (with `vocab_size`, default the bundled 8k vocabulary),
+      'demo_target' ('demo_' + a name of data.MODEL_SIZES), or 'target.json'
+      holding {"vocab_size": 8192, "emb_dim": 512, ...}.
     vocab_size: vocab_size of a size name; a JSON file has its own.
     dtype: activation dtype override ('float32' or 'bfloat16'), None keeps it.
   """
   if spec.endswith('.json'):
     config = T5Config(**json.loads(pathlib.Path(spec).read_text()))
+  elif spec.startswith('demo_') and spec.removeprefix('demo_') in data.MODEL_SIZES:
+    config = of_size(data.MODEL_SIZES[spec.removeprefix('demo_')], vocab_size=vocab_size)
   else:
     config = t5_1_1(spec, vocab_size=vocab_size)
   return config if dtype is None else dataclasses.replace(config, dtype=dtype)

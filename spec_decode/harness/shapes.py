@@ -59,7 +59,7 @@ class ShapeSettings:
   """What `measure_shapes` builds and times.
 
   Attributes:
-    target: M_p, a `t5_1_1` size ('xxl', 'base', 'demo_target', ...) or a JSON
+    target: M_p, a `t5_1_1` size ('xxl', 'base', ...), a bundled model's ('demo_target') or a JSON
       file of T5Config fields (see `loading.parse_config`).
     draft: M_q, the same kinds.
     dtype: one of DTYPES: 'float32', 'bfloat16', or 'bf16_weights' (bfloat16

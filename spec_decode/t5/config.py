@@ -2,7 +2,7 @@
 
 The constructor takes plain values (strings for dtypes) so that gin can bind
 them at the edges. The sizes are those of the public T5 1.1 checkpoints
-(gs://t5-data/pretrained_models/t5x/t5_1_1_*), plus tiny ones for tests.
+(gs://t5-data/pretrained_models/t5x/t5_1_1_*), plus two smoke sizes for tests.
 """
 
 import dataclasses
@@ -76,11 +76,9 @@ SIZES = {
     'large': (1024, 16, 24, 24, 64, 2816),
     'xl': (2048, 32, 24, 24, 64, 5120),
     'xxl': (4096, 64, 24, 24, 64, 10240),
-    # The bundled demo pair (spec_decode.demo), over the 8k demo vocabulary.
-    'demo_target': (384, 6, 4, 4, 64, 768),
-    'demo_draft_large': (256, 4, 2, 2, 64, 768),
-    'demo_draft_small': (128, 2, 2, 2, 64, 512),
-    # Test sizes: a tiny target and a smaller draft.
+    # Smoke sizes for the tests and the scripts' quick runs (random weights):
+    # a tiny target and a smaller draft. The bundled models' shapes live with
+    # them (spec_decode.data.MODEL_SIZES).
     'tiny': (64, 4, 2, 2, 16, 128),
     'nano': (32, 2, 1, 1, 16, 64),
 }
@@ -99,10 +97,19 @@ def t5_1_1(name: str, **overrides) -> T5Config:
   """
   if name not in SIZES:
     raise ValueError(f'unknown T5 1.1 size {name!r}; expected one of {sorted(SIZES)}')
-  emb_dim, num_heads, num_encoder_layers, num_decoder_layers, head_dim, mlp_dim = SIZES[name]
-  fields = dict(
-      vocab_size=VOCAB_SIZE, emb_dim=emb_dim, num_heads=num_heads,
-      num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers,
-      head_dim=head_dim, mlp_dim=mlp_dim)
-  fields.update(overrides)
-  return T5Config(**fields)
+  return of_size(SIZES[name], **{'vocab_size': VOCAB_SIZE, **overrides})
+
+
+_SIZE_FIELDS = ('emb_dim', 'num_heads', 'num_encoder_layers', 'num_decoder_layers', 'head_dim',
+                'mlp_dim')
+
+
+def of_size(size: tuple[int, int, int, int, int, int], **fields) -> T5Config:
+  """A T5Config of (emb_dim, num_heads, encoder layers, decoder layers, head_dim, mlp_dim).
+
+  Args:
+    size: the six dimensions, in the order of SIZES' entries.
+    **fields: the other T5Config fields (vocab_size is required); a field of
+      the six given here overrides its dimension.
+  """
+  return T5Config(**{**dict(zip(_SIZE_FIELDS, size)), **fields})
