@@ -29,6 +29,9 @@ MOVED = {
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   """Finds an old module name and loads it as the module at its new path."""
 
+  def __init__(self):
+    self._specs = {}  # new module name -> its own spec
+
   def find_spec(self, fullname, path=None, target=None):
     del path, target
     if fullname not in MOVED:
@@ -39,10 +42,14 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     new = MOVED[spec.name]
     warnings.warn(f'{spec.name} moved to {new}; the old path goes in the next release',
                   DeprecationWarning, stacklevel=3)
-    return importlib.import_module(new)
+    module = importlib.import_module(new)
+    self._specs[new] = module.__spec__
+    return module
 
   def exec_module(self, module):
-    del module  # already executed at its new path
+    # Already executed at its new path; importlib has just set the old name's spec on it, so
+    # give the module its own back (importlib.reload and pickling go by __spec__.name).
+    module.__spec__ = self._specs[module.__name__]
 
 
 def install() -> None:

@@ -20,8 +20,9 @@ from spec_decode.harness import step_costs
 from spec_decode.harness import verification_sweep
 from spec_decode.harness import walltime
 from spec_decode import models
-from spec_decode.t5 import t5_1_1
 from spec_decode import theory
+from spec_decode.t5 import t5_1_1
+from tests import tolerances
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
@@ -336,7 +337,8 @@ def test_beam_experiment_compares_speculative_and_plain_beam_search(target, tmp_
   assert [(r['decoder'], r['gamma'], r['draft_width']) for r in rows] == [
       ('plain', 0, 0), ('speculative', 1, 2)]
   for row in rows:
-    assert row['identical'] == 2 and row['max_score_diff'] <= 1e-5
+    # Scores of two arithmetic paths: equal to a few float32 ulps of their magnitude.
+    assert row['identical'] == 2 and row['max_relative_diff'] <= 16 * tolerances.EPS32
     assert row['walltime_ratio'] > 0 and row['predicted_ratio'] > 0
   assert rows[0]['calls_per_step'] == 1.0 and rows[1]['calls_per_step'] <= 1.0
   assert set(quality) == {'beam', 'greedy'} and 'bleu' in quality['beam']

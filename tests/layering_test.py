@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / 'spec_decode'
 # The loops and the paper's equations: they see step functions and caches, never a model.
 ENGINE = ('decoding', 'speculative', 'drafting', 'sampling', 'cache', 'loop_utils', 'beam_search',
-          'speculative_beam', 'theory', 'api_checks')
+          'speculative_beam', 'theory', 'api_checks', 'loop_options')
 # What a decoding user installs without extras: everything but the harness and the seqio tasks.
 OPTIONAL = ('seqio', 'tensorflow', 'tensorflow_datasets', 'torch', 'transformers', 'matplotlib')
 
@@ -123,5 +123,6 @@ def test_old_module_paths_import_the_moved_module_with_a_warning(old):
   with pytest.warns(DeprecationWarning, match=new):
     module = importlib.import_module(f'spec_decode.{old}')
   assert module is importlib.import_module(new)
+  assert module.__spec__.name == new and importlib.reload(module) is module
   sys.modules.pop(f'spec_decode.{old}')
   assert set(_moved.MOVED) == {f'spec_decode.{name}' for name in OLD_PATHS}
