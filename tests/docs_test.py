@@ -1,9 +1,7 @@
-"""The README and docs: length, links that resolve, no internal vocabulary, code that runs."""
+"""The README and docs: length, links that resolve, no internal vocabulary, scripts that exist."""
 
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 

@@ -12,7 +12,6 @@ library functions take plain arguments and only entry points call `run`.
 import argparse
 import difflib
 import logging
-import pathlib
 import re
 import signal
 import sys
