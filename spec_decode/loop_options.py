@@ -6,7 +6,7 @@ import functools
 from spec_decode import api_checks
 from spec_decode import drafting
 from spec_decode import speculative
-from spec_decode.loop_utils import cache_length, check_size
+from spec_decode.loop_utils import check_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,4 +55,6 @@ class LoopOptions:
     assign('eos_id', api_checks.check_int('eos_id', self.eos_id, minimum=-api_checks.INT32_MAX))
     if not isinstance(self.check_finite, bool):
       raise ValueError(f'check_finite must be True or False, got {self.check_finite!r}')
-    cache_length(self.max_decode_len, self.gamma)  # positions within int32
+    if self.max_decode_len + self.gamma + 2 > api_checks.INT32_MAX:  # the tokens buffer
+      raise ValueError(f'max_decode_len + gamma + 2 must be at most {api_checks.INT32_MAX} '
+                       f'(positions are int32), got {self.max_decode_len} + {self.gamma} + 2')

@@ -107,8 +107,8 @@ CASES = {
     'float_seed': (['--gin.SEED=1.5'], 'seed (SEED in gin) must be an integer, got 1.5'),
     'float_gamma': (['--gin.GAMMA=2.0'], 'gamma (GAMMA in gin) must be an integer, got 2.0'),
     'unknown_verification': (["--gin.VERIFICATION='tree'"],
-                             "verification (VERIFICATION in gin) must be one of ('token', "
-                             "'block'), got 'tree'"),
+                             "verification must be one of ('token', 'block'), got 'tree' "
+                             '(MAX_DECODE_LEN, GAMMA, VERIFICATION, VERIFY_LENGTHS in gin)'),
     'threshold_above_1': (['--gin.CONFIDENCE_THRESHOLD=1.5'],
                           'confidence_threshold (CONFIDENCE_THRESHOLD in gin) must be None or in '
                           '[0, 1], got 1.5'),
@@ -116,7 +116,7 @@ CASES = {
                                          'verify_lengths (VERIFY_LENGTHS in gin) only shortens'),
     'verify_length_too_long': (['--gin.CONFIDENCE_THRESHOLD=0.4', '--gin.VERIFY_LENGTHS=[2, 9]'],
                                'verify_lengths must be integers in 2..gamma + 1 = 5, got [2, 9] '
-                               '(VERIFY_LENGTHS in gin)'),
+                               '(MAX_DECODE_LEN, GAMMA, VERIFICATION, VERIFY_LENGTHS in gin)'),
     'unknown_decode': (["--gin.DECODE='nucleus'"],
                        "decode (DECODE in gin) must be 'sample' or 'beam', got 'nucleus'"),
     'beam_with_temperature': (["--gin.DECODE='beam'", '--gin.TEMPERATURE=0.7'],
@@ -146,21 +146,23 @@ CASES = {
                             "or None, got '0.5' (str): numbers take no quotes"),
     # Beam settings: BEAM_ALPHA in [0, 10] (1e999 is gin's inf), sizes whose rows fit int32.
     'beam_alpha_inf': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e999'],
-                       'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '
-                       'penalty exponent), got inf'),
+                       'beam_alpha (BEAM_ALPHA in gin): alpha must be a finite number in [0, 10] '
+                       '(the brevity penalty exponent; T5X uses 0.6), got inf'),
     'beam_alpha_negative': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=-0.5'],
-                            'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10'),
+                            'beam_alpha (BEAM_ALPHA in gin): alpha must be a finite number in '
+                            '[0, 10]'),
     'beam_alpha_huge': (["--gin.DECODE='beam'", '--gin.BEAM_ALPHA=1e6'],
-                        'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..10 (the brevity '
-                        'penalty exponent), got 1000000.0'),
+                        'beam_alpha (BEAM_ALPHA in gin): alpha must be a finite number in '
+                        '[0, 10] (the brevity penalty exponent; T5X uses 0.6), got 1000000.0'),
     'beam_size_zero': (["--gin.DECODE='beam'", '--gin.BEAM_SIZE=0'],
                        'beam_size (BEAM_SIZE in gin) must be an integer in 1..2147483647'),
     'draft_width_over_vocabulary': (["--gin.DECODE='beam'", '--gin.DRAFT_WIDTH=9000'],
-                                    'draft_width (DRAFT_WIDTH in gin) must be in 1..8192'),
+                                    'draft_width must be an integer >= 1 and <= 8192, got 9000 '
+                                    '(BEAM_SIZE, DRAFT_WIDTH, BATCH_SIZE in gin)'),
     'beam_rows_overflow': (["--gin.DECODE='beam'", '--gin.BATCH_SIZE=65536',
                             '--gin.BEAM_SIZE=65536', '--gin.DRAFT_WIDTH=1'],
-                           'BATCH_SIZE * BEAM_SIZE * DRAFT_WIDTH must be at most 2147483647 '
-                           '(rows are int32), got 65536 * 65536 * 1'),
+                           'beam_size=65536 * draft_width=1 * batch=65536 = 4294967296 rows exceed '
+                           'int32 (2147483647) (BEAM_SIZE, DRAFT_WIDTH, BATCH_SIZE in gin)'),
     # Integers that would wrap on the device (int32) or in jax.random.key (32 bits).
     'top_k_beyond_int32': (['--gin.TOP_K=2147483648'],
                            'top_k (TOP_K in gin) must be an integer in 0..2147483647 (0 disables; '
@@ -183,8 +185,7 @@ CASES = {
     'gamma_beyond_int32': (['--gin.GAMMA=4294967297'],
                            'gamma (GAMMA in gin) must be an integer in 1..2147483647'),
     'decode_len_plus_gamma_beyond_int32': (['--gin.MAX_DECODE_LEN=2147483647'],
-                                           'max_decode_len + gamma + 2 (MAX_DECODE_LEN, GAMMA in '
-                                           'gin) must be at most 2147483647'),
+                                           'max_decode_len + gamma + 2 must be at most 2147483647'),
 }
 
 
@@ -260,8 +261,8 @@ def test_stopped_run_leaves_no_output_and_says_what_it_wrote(name, files, result
 @pytest.mark.parametrize('alpha', [float('nan'), float('inf'), -0.1, 10.5])
 def test_check_beam_refuses_alpha_outside_0_to_10(alpha):
   # NaN has no gin literal: checked here, where the command line's values arrive.
-  with pytest.raises(ConfigError, match=rf'beam_alpha \(BEAM_ALPHA in gin\) must be a number in '
-                                        rf'0..10 \(the brevity penalty exponent\), got {alpha}'):
+  with pytest.raises(ConfigError, match=rf'beam_alpha \(BEAM_ALPHA in gin\): alpha must be a '
+                                        rf'finite number in \[0, 10\] .*, got {alpha}'):
     settings.check_beam(decode='beam', beam_size=4, beam_alpha=alpha, draft_width=4,
                         batch_size=8, vocab_size=100, speculate=True)
   settings.check_beam(decode='beam', beam_size=4, beam_alpha=10.0, draft_width=4, batch_size=8,

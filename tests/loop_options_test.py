@@ -37,7 +37,7 @@ def test_options_are_normalised_and_hashable():
     (dict(max_decode_len=8, verification='block'), 'the baseline \\(gamma 0\\) verifies nothing'),
     (dict(max_decode_len=8, gamma=2, verify_lengths=[5]), 'verify_lengths must be integers in'),
     (dict(max_decode_len=8, check_finite='yes'), 'check_finite must be True or False'),
-    (dict(max_decode_len=2**31 - 2, gamma=4), 'exceed int32'),
+    (dict(max_decode_len=2**31 - 2, gamma=4), 'max_decode_len \\+ gamma \\+ 2 must be at most'),
 ])
 def test_bad_options_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):

@@ -165,7 +165,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   speculate = draft_config is not None or draft_checkpoint is not None
   if speculate and (draft_config is None or draft_checkpoint is None):
     raise ConfigError('a draft needs both draft_config and draft_checkpoint')
-  infer_settings.check_settings(locals())
+  settings = dict(locals())
+  infer_settings.check_settings(settings)
   try:
     sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
   except ValueError as e:
@@ -203,14 +204,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
                    max_decode_len=max_decode_len, check_finite=check_finite)
   else:
-    try:
-      loop = decoding.LoopOptions(max_decode_len, gamma if speculate else 0,
-                                  verification if speculate else 'token',
-                                  tuple(verify_lengths) if speculate and verify_lengths else None,
-                                  EOS_ID, check_finite)
-    except ValueError as e:
-      raise ConfigError(str(e)) from None
-    options = dict(loop=loop, lenience=lenience, confidence_threshold=confidence_threshold)
+    options = dict(loop=infer_settings.loop_options(settings, speculate=speculate),
+                   lenience=lenience, confidence_threshold=confidence_threshold)
   with jsonl.writing(jsonl.Output(output_file, input_file), len(examples)) as out:
     summary = _run(out, examples, configs, paths, vocabulary, (sampling, draft_sampling),
                    options, beam=decode == 'beam', batch_size=batch_size, seed=seed,

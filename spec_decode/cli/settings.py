@@ -13,18 +13,17 @@ from etils import epath
 
 from spec_decode import api_checks
 from spec_decode import checkpoints
-from spec_decode import drafting
-from spec_decode import speculative
+from spec_decode import decoding
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
+from spec_decode.text import EOS_ID
 
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
 VOCAB_PADDING = 128
 
-INT32_MAX = 2**31 - 1  # token ids, positions, counts and top_k are int32 on the device
+INT32_MAX = api_checks.INT32_MAX  # token ids, positions, counts and top_k are int32 on the device
 # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): larger seeds repeat smaller.
 SEED_MAX = 2**32 - 1
-BEAM_ALPHA_MAX = api_checks.MAX_ALPHA  # the Python API's bound: one range for both
 
 # What each setting of `infer` must be: gin passes whatever a binding says.
 _INTEGER, _NUMBER = 'an integer', 'a number'
@@ -81,27 +80,17 @@ def check_settings(settings: dict[str, Any]) -> None:
     if not low <= settings[name] <= high:
       raise ConfigError(f'{name} ({name.upper()} in gin) must be an integer in {low}..{high} '
                         f'({why}), got {settings[name]!r}')
-  if settings['max_decode_len'] + settings['gamma'] + 2 > INT32_MAX:
-    raise ConfigError(f'max_decode_len + gamma + 2 (MAX_DECODE_LEN, GAMMA in gin) must be at most '
-                      f'{INT32_MAX} (positions are int32), got {settings["max_decode_len"]} + '
-                      f'{settings["gamma"]} + 2')
   limit = settings['memory_limit_gb']
   if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
     raise ConfigError(f'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be None (the '
                       f'available memory) or a number of GB > 0, got {limit!r}')
   if not 0.0 < settings['lenience'] <= 1.0:
     raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
-  if settings['verification'] not in speculative.VERIFICATIONS:
-    raise ConfigError(f'verification (VERIFICATION in gin) must be one of '
-                      f'{speculative.VERIFICATIONS}, got {settings["verification"]!r}')
   threshold = settings['confidence_threshold']
   if threshold is not None and (isinstance(threshold, bool) or not 0.0 <= threshold <= 1.0):
     raise ConfigError(f'confidence_threshold (CONFIDENCE_THRESHOLD in gin) must be None or in '
                       f'[0, 1], got {threshold!r}')
-  try:
-    drafting.check_verify_lengths(settings['verify_lengths'], settings['gamma'])
-  except ValueError as e:
-    raise ConfigError(f'{e} (VERIFY_LENGTHS in gin)') from None
+  loop_options(settings, speculate=True)
   if settings['verify_lengths'] is not None and threshold is None:
     raise ConfigError('verify_lengths (VERIFY_LENGTHS in gin) only shortens the verify call of an '
                       'adaptive draft length: set CONFIDENCE_THRESHOLD too, or drop it')
@@ -171,7 +160,7 @@ def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: i
   Args:
     decode: 'sample' or 'beam'.
     beam_size: beams W, >= 1.
-    beam_alpha: brevity penalty exponent, in [0, BEAM_ALPHA_MAX].
+    beam_alpha: brevity penalty exponent (api_checks.check_alpha).
     draft_width: paths m the draft proposes per beam, in 1..vocab_size.
     batch_size: inputs B decoded together; beam search steps B * W rows, a
       target call with a draft B * W * m: they must fit int32.
@@ -180,27 +169,33 @@ def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: i
   """
   if decode not in ('sample', 'beam'):
     raise ConfigError(f"decode (DECODE in gin) must be 'sample' or 'beam', got {decode!r}")
-  if not 0.0 <= beam_alpha <= BEAM_ALPHA_MAX:  # NaN fails too
-    raise ConfigError(f'beam_alpha (BEAM_ALPHA in gin) must be a number in 0..{BEAM_ALPHA_MAX:g} '
-                      f'(the brevity penalty exponent), got {beam_alpha!r}')
+  try:
+    api_checks.check_alpha(beam_alpha)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f'beam_alpha (BEAM_ALPHA in gin): {e}') from None
   if decode != 'beam':
     return
-  if speculate and draft_width > vocab_size:
-    raise ConfigError(f'draft_width (DRAFT_WIDTH in gin) must be in 1..{vocab_size} (the '
-                      f'vocabulary size: the draft proposes its most likely tokens), got '
-                      f'{draft_width}')
-  width = draft_width if speculate else 1
-  if batch_size * beam_size * width > INT32_MAX:
-    names = 'BATCH_SIZE * BEAM_SIZE' + (' * DRAFT_WIDTH' if speculate else '')
-    raise ConfigError(f'{names} must be at most {INT32_MAX} (rows are int32), got {batch_size} * '
-                      f'{beam_size}' + (f' * {draft_width}' if speculate else ''))
-  try:  # What the Python API checks too (beam_search, speculative_beam_search).
-    api_checks.check_alpha(beam_alpha)
+  try:
     api_checks.check_beam_settings(beam_size, batch=batch_size, vocab_size=vocab_size,
                                    draft_width=draft_width if speculate else None)
-  except (TypeError, ValueError) as e:
-    raise ConfigError(f'beam settings (BEAM_SIZE, BEAM_ALPHA, DRAFT_WIDTH, BATCH_SIZE in gin): '
-                      f'{e}') from None
+  except ValueError as e:
+    raise ConfigError(f'{e} (BEAM_SIZE, DRAFT_WIDTH, BATCH_SIZE in gin)') from None
+
+
+def loop_options(settings: dict[str, Any], *, speculate: bool) -> decoding.LoopOptions:
+  """The decoding loop's static options from the settings (gamma 0 without a draft).
+
+  Raises:
+    ConfigError: MAX_DECODE_LEN, GAMMA, VERIFICATION or VERIFY_LENGTHS out of
+      range (decoding.LoopOptions's checks, named by their gin settings).
+  """
+  try:
+    return decoding.LoopOptions(
+        settings['max_decode_len'], settings['gamma'] if speculate else 0,
+        settings['verification'] if speculate else 'token',
+        settings['verify_lengths'] if speculate else None, EOS_ID, settings['check_finite'])
+  except ValueError as e:
+    raise ConfigError(f'{e} (MAX_DECODE_LEN, GAMMA, VERIFICATION, VERIFY_LENGTHS in gin)') from None
 
 
 def _check_beam_only(settings: dict[str, Any]) -> None:
