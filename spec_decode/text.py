@@ -83,10 +83,13 @@ class Vocabulary:
     self.extra_ids = extra_ids
 
   @functools.cached_property
+  def _proto(self) -> bytes:
+    return read_model_file(self.sentencepiece_model_file)
+
+  @functools.cached_property
   def _model(self) -> spm.SentencePieceProcessor:
-    proto = read_model_file(self.sentencepiece_model_file)
     try:
-      model = spm.SentencePieceProcessor(model_proto=proto)
+      model = spm.SentencePieceProcessor(model_proto=self._proto)
     except (OSError, RuntimeError) as e:
       raise ValueError(f'vocabulary file {self.sentencepiece_model_file}: not a SentencePiece '
                        f'model ({str(e).splitlines()[0]})') from None
@@ -97,9 +100,9 @@ class Vocabulary:
 
   @functools.cached_property
   def fingerprint(self) -> str:
-    """`fingerprint` of the model file (read once; the file must be a SentencePiece model)."""
+    """`fingerprint` of the model file (the bytes it loaded; a SentencePiece model)."""
     _ = self._model  # a file that is not a SentencePiece model raises here
-    return fingerprint(self.sentencepiece_model_file)
+    return hashlib.sha256(self._proto).hexdigest()
 
   @property
   def vocab_size(self) -> int:
@@ -111,6 +114,11 @@ class Vocabulary:
     if not isinstance(text, str):
       raise TypeError(f'encode takes a str, got {type(text).__name__}')
     return self._model.encode(text)
+
+  def encode_input(self, text: str, max_len: int | None = None) -> list[int]:
+    """Text -> ids ending with EOS, cut to max_len tokens (EOS kept), as seqio's tasks."""
+    tokens = self.encode(text)
+    return (tokens if max_len is None else tokens[:max_len - 1]) + [EOS_ID]
 
   def decode(self, ids: Sequence[int]) -> str:
     """Ids -> text, cut at the first EOS; padding and extra ids are dropped."""
@@ -147,10 +155,10 @@ class Vocabulary:
       raise ValueError(f'max_len must be >= 2 (a token and EOS), got {max_len}')
     ids = []
     for i, text in enumerate(texts):
-      tokens = self.encode(text)
-      if not tokens:
+      tokens = self.encode_input(text, max_len)
+      if len(tokens) == 1:
         raise ValueError(f'text {i} encodes to no tokens: {text!r}')
-      ids.append((tokens if max_len is None else tokens[:max_len - 1]) + [EOS_ID])
+      ids.append(tokens)
     length = -(-max(map(len, ids)) // multiple) * multiple
     batch = np.zeros((len(ids), length), np.int32)
     for row, x in zip(batch, ids):

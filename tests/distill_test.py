@@ -42,14 +42,14 @@ def test_select_examples_is_a_seeded_subset_in_file_order():
 
 def _three_outputs(monkeypatch):
   """Stubs decoding with outputs 'Hallo Welt', one cut without EOS, and an empty one."""
-  hello = distill.vocabulary().encode('Hallo Welt')
+  hello = data.vocabulary().encode('Hallo Welt')
   outputs = np.zeros((3, 8), np.int32)
   outputs[0, :len(hello) + 1] = hello + [text.EOS_ID]
   outputs[1, :] = 7  # ran out of length without EOS
   outputs[2, 0] = text.EOS_ID  # an empty output is still a finished one
   lengths = np.array([len(hello) + 1, 8, 1])
   # Decoded shortest input first, returned in the examples' order.
-  monkeypatch.setattr(distill.vocabulary(), 'encode_batch', lambda texts, _: texts)
+  monkeypatch.setattr(data.vocabulary(), 'encode_batch', lambda texts, _: texts)
   decoded = []
 
   def generate_sequences(target, texts, **kwargs):
@@ -74,7 +74,7 @@ def test_distill_keeps_unfinished_outputs_with_their_ids_on_request(monkeypatch)
   kept, unfinished = distill.distill_examples(None, examples, max_input_len=16, max_decode_len=8,
                                               keep_unfinished=True, progress=False)
   assert unfinished == 1
-  cut = distill.vocabulary().decode([7] * 8)
+  cut = data.vocabulary().decode([7] * 8)
   assert kept == [dict(inputs='xx', targets='Hallo Welt', source='s'),
                   dict(inputs='xxx', targets=cut, target_ids=[7] * 8, finished=False, source='s'),
                   dict(inputs='x', targets='', source='s')]

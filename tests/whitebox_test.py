@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from spec_decode import checkpoints
+from spec_decode import data
 from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.harness import loading
@@ -173,7 +174,7 @@ def test_tiny_run_raises_alpha_with_on_policy_data_and_resumes(tmp_path):
   log = [json.loads(line) for line in open(tmp_path / 'run' / 'log.jsonl')]
   assert [r['step'] for r in log if 'eval_alpha' in r] == [0, 30, 32]
   exported = checkpoints.load_params(str(tmp_path / 'export'), draft_config, dtype='bfloat16')
-  assert checkpoints.check_vocabulary(tmp_path / 'export', distill.vocabulary())['path'] == str(
+  assert checkpoints.check_vocabulary(tmp_path / 'export', data.vocabulary())['path'] == str(
       tmp_path / 'export' / 'vocabulary.json')
   for got, want in zip(jax.tree.leaves(exported), jax.tree.leaves(state.params)):
     np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype))

@@ -14,6 +14,8 @@ import json
 import pathlib
 from typing import Callable, Optional, TextIO
 
+from spec_decode import text
+
 DATA_DIR = pathlib.Path(__file__).resolve().parent
 _PACKAGE_DIR = DATA_DIR.parent
 VOCAB_PATH = DATA_DIR / 'vocab' / 'spm_8k.model'
@@ -26,6 +28,11 @@ MODEL_SIZES = {
     'draft_small': (128, 2, 2, 2, 64, 512),
 }
 
+
+@functools.cache
+def vocabulary() -> text.Vocabulary:
+  """The bundled vocabulary (VOCAB_PATH), one instance: the model file is read once."""
+  return text.Vocabulary(VOCAB_PATH)
 
 
 def repository_dir(name: str) -> pathlib.Path:

@@ -67,27 +67,13 @@ def tokenizer() -> spm.SentencePieceProcessor:
 
 
 def encode(text: str, max_len: int) -> list[int]:
-  """Text -> ids ending with EOS, cut to max_len tokens (EOS kept), as seqio's tasks."""
-  return tokenizer().encode(text)[:max_len - 1] + [EOS_ID]
+  """Text -> ids ending with EOS, cut to max_len tokens (EOS kept): the bundled vocabulary's."""
+  return data.vocabulary().encode_input(text, max_len)
 
 
 def encode_texts(texts: Sequence[str], max_input_len: int, multiple: int = 16) -> np.ndarray:
-  """Texts -> encoder inputs of one shape, so one compiled function serves all.
-
-  Args:
-    texts: input texts (task prefix included).
-    max_input_len: longer inputs are cut to this many tokens, EOS kept.
-    multiple: the common length is the longest input rounded up to this.
-
-  Returns:
-    [N, S] int32 ids, EOS appended, 0-padded; S <= max(max_input_len, multiple).
-  """
-  ids = [encode(text, max_input_len) for text in texts]
-  length = -(-max(len(x) for x in ids) // multiple) * multiple
-  tokens = np.zeros((len(ids), length), np.int32)
-  for i, x in enumerate(ids):
-    tokens[i, :len(x)] = x
-  return tokens
+  """[N, S] int32 encoder inputs of one shape: `text.Vocabulary.encode_batch` (bundled)."""
+  return data.vocabulary().encode_batch(texts, max_input_len, multiple)
 
 
 def trim_padding(tokens: np.ndarray, smallest: int = INPUT_BUCKET) -> np.ndarray:
@@ -122,9 +108,8 @@ def trim_padding(tokens: np.ndarray, smallest: int = INPUT_BUCKET) -> np.ndarray
 
 
 def detokenize(ids: Sequence[int]) -> str:
-  """Output ids -> text, cut at the first EOS."""
-  ids = list(ids)
-  return tokenizer().decode(ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids)
+  """Output ids -> text, cut at the first EOS: the bundled vocabulary's `decode`."""
+  return data.vocabulary().decode(ids)
 
 
 def target_token_stream(task: str, split: str = 'train', *, limit: int | None = None,

@@ -22,7 +22,6 @@ distributions instead, over a `Mixture` of sequences: the tasks' references,
 such records, and the draft's own samples (on-policy), drawn anew as it trains.
 """
 
-import functools
 import itertools
 import json
 import pathlib
@@ -39,17 +38,6 @@ from spec_decode import text as text_lib
 from spec_decode.training import batches as batches_lib
 
 SPLITS = ('train', 'validation')
-
-
-@functools.cache
-def vocabulary() -> text_lib.Vocabulary:
-  """The bundled SentencePiece vocabulary, which the demo models use."""
-  return text_lib.Vocabulary(data.VOCAB_PATH)
-
-
-def encode(text: str, max_len: int) -> list[int]:
-  """Text -> ids ending with EOS, cut to max_len tokens (EOS kept), as seqio's tasks."""
-  return vocabulary().encode(text)[:max_len - 1] + [text_lib.EOS_ID]
 
 
 def select_examples(task: str, split: str, n: int | None, seed: int = 0) -> list[dict[str, str]]:
@@ -98,7 +86,7 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   """
   # Batches of similar input length finish decoding at similar steps.
   order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
-  inputs = vocabulary().encode_batch([examples[i]['inputs'] for i in order], max_input_len)
+  inputs = data.vocabulary().encode_batch([examples[i]['inputs'] for i in order], max_input_len)
   sorted_tokens, sorted_lengths = acceptance.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(temperature),
       max_decode_len=max_decode_len, rng=jax.random.key(seed), batch_size=batch_size,
@@ -107,7 +95,7 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   tokens[order], lengths[order] = sorted_tokens, sorted_lengths
   records, unfinished = [], 0
   for example, row, length in zip(examples, tokens, lengths):
-    text = vocabulary().decode(row[:length])
+    text = data.vocabulary().decode(row[:length])
     if length and row[length - 1] == text_lib.EOS_ID:
       records.append(dict(example, targets=text))
       continue
@@ -232,6 +220,7 @@ class Mixture:
     self.examples = _weighted(list(sources), list(sources.values()), rng)
 
   def _tokenized(self, records: Iterator[dict[str, Any]]) -> Iterator[Example]:
+    encode = data.vocabulary().encode_input
     for record in records:
       inputs = encode(record['inputs'], self.cfg.input_buckets[-1])
       if 'target_ids' in record:  # an unfinished output: its own ids, no EOS
@@ -245,7 +234,8 @@ class Mixture:
     Returns:
       The samples' mean length and the share that ends with EOS.
     """
-    inputs = [encode(next(self._references)['inputs'], self.cfg.input_buckets[-1])
+    inputs = [data.vocabulary().encode_input(next(self._references)['inputs'],
+                                             self.cfg.input_buckets[-1])
               for _ in range(self.cfg.on_policy_samples)]
     self.pool = _samples(draft, inputs, self.cfg, self.cfg.on_policy_temperature, rng)
     return {'on_policy_length': float(np.mean([len(y) for _, y in self.pool])),

@@ -44,6 +44,7 @@ import tqdm
 
 from spec_decode import acceptance
 from spec_decode import checkpoints
+from spec_decode import data
 from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import models
@@ -248,7 +249,7 @@ def evaluation_set(target: models.T5Model,
   texts = [e['inputs'] for (task, _), w in zip(cfg.tasks, weights) for e in
            distill.select_examples(task, 'validation', max(1, round(w * cfg.eval_examples)),
                                    seed=cfg.seed)]
-  inputs = distill.vocabulary().encode_batch(texts, cfg.input_buckets[-1])
+  inputs = data.vocabulary().encode_batch(texts, cfg.input_buckets[-1])
   tokens, lengths = acceptance.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(cfg.eval_temperature),
       max_decode_len=cfg.max_decode_len, rng=jax.random.key(cfg.seed),
@@ -292,7 +293,7 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
   if draft_config.vocab_size != target_config.vocab_size:
     raise ConfigError(f'draft vocab_size {draft_config.vocab_size} != target vocab_size '
                       f'{target_config.vocab_size}')
-  vocabulary, allow = distill.vocabulary(), allow_vocabulary_mismatch
+  vocabulary, allow = data.vocabulary(), allow_vocabulary_mismatch
   checks.model_vocabulary(target_config, vocabulary, 'the target config')
   checks.checkpoint_vocabulary(target_checkpoint, vocabulary, allow)
   if cfg.distilled_weight:
