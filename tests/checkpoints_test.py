@@ -17,7 +17,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import safetensors.numpy
-import sentencepiece as spm
 import tensorstore as ts
 from flax import traverse_util
 
@@ -422,17 +421,6 @@ def test_t5model_load_reads_each_format_onto_the_device(params, tmp_path):
 
 
 # --- The vocabulary record -----------------------------------------------------
-
-
-@pytest.fixture(scope='module')
-def other_vocabulary(tmp_path_factory):
-  """A SentencePiece model of another training."""
-  directory = tmp_path_factory.mktemp('other_vocabulary')
-  corpus = directory / 'corpus.txt'
-  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
-  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(directory / 'other'),
-                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-  return str(directory / 'other.model')
 
 
 def test_write_t5x_records_the_vocabulary_and_check_vocabulary_compares_it(

@@ -19,6 +19,9 @@ flags, Xeon, 2026-12-03) go first, longest first.
 
 import os
 
+import pytest
+import sentencepiece as spm
+
 for _flag, _value in (('--xla_backend_optimization_level', '0'),
                       ('--xla_cpu_use_fusion_emitters', 'false')):
   if _flag not in os.environ.get('XLA_FLAGS', ''):
@@ -35,3 +38,14 @@ SLOWEST_FIRST = ('decoding_test.py', 'shapes_test.py', 'accelerator_distill_test
 def pytest_collection_modifyitems(items):
   rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
+
+
+@pytest.fixture(scope='session')
+def other_vocabulary(tmp_path_factory) -> str:
+  """A SentencePiece model of another training than the bundled one (T5's ids: pad 0, EOS 1)."""
+  directory = tmp_path_factory.mktemp('other_vocabulary')
+  corpus = directory / 'corpus.txt'
+  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
+  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(directory / 'other'),
+                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  return str(directory / 'other.model')

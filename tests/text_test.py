@@ -60,7 +60,8 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_named(tmp_path):
     text.Vocabulary(bad).vocab_size
 
 
-def test_fingerprint_is_the_sha256_of_the_file_and_tells_two_trainings_apart(vocab, tmp_path):
+def test_fingerprint_is_the_sha256_of_the_file_and_tells_two_trainings_apart(vocab, tmp_path,
+                                                                             other_vocabulary):
   bundled = data.VOCAB_PATH.read_bytes()
   assert text.fingerprint(data.VOCAB_PATH) == hashlib.sha256(bundled).hexdigest()
   assert vocab.fingerprint == text.fingerprint(data.VOCAB_PATH)
@@ -69,11 +70,7 @@ def test_fingerprint_is_the_sha256_of_the_file_and_tells_two_trainings_apart(voc
   copy.write_bytes(bundled)
   assert text.Vocabulary(copy).fingerprint == vocab.fingerprint
   # Another training of the same size: the same ids are other pieces.
-  corpus = tmp_path / 'corpus.txt'
-  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
-  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / 'other'),
-                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-  other = text.Vocabulary(tmp_path / 'other.model')
+  other = text.Vocabulary(other_vocabulary)
   assert other.fingerprint != vocab.fingerprint and len(other.fingerprint) == 64
   with pytest.raises(FileNotFoundError, match='vocabulary file not found: /nonexistent'):
     text.fingerprint('/nonexistent/spm.model')

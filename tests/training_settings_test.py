@@ -8,7 +8,6 @@ here trains: each failure comes before anything compiles.
 import gin
 import numpy as np
 import pytest
-import sentencepiece as spm
 
 from spec_decode import checkpoints
 from spec_decode import data
@@ -77,17 +76,6 @@ def test_the_defaults_and_the_gin_files_settings_are_valid():
   finally:
     gin.clear_config()
   assert cfg.optimizer == 'adafactor' and cfg.num_steps == 1200
-
-
-@pytest.fixture(scope='module')
-def other_vocabulary(tmp_path_factory):
-  """A SentencePiece model of another training."""
-  directory = tmp_path_factory.mktemp('other_vocabulary')
-  corpus = directory / 'corpus.txt'
-  corpus.write_text('\n'.join(f'Zwei Hunde spielen {i} mal im Schnee.' for i in range(200)))
-  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(directory / 'other'),
-                                 vocab_size=40, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-  return str(directory / 'other.model')
 
 
 def test_a_run_records_its_vocabulary_and_a_resumed_run_checks_it(tmp_path, other_vocabulary):
