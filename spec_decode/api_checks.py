@@ -208,19 +208,30 @@ def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
                        f'{shape}')
     if isinstance(array, jax.core.Tracer) or not array.size:
       continue
-    ids = np.asarray(array)
-    if ids.min() < 0 or ids.max() >= vocab_size:
-      raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
-                       f'[0, {vocab_size})')
-    empty_rows = np.nonzero(~np.any(ids != 0, axis=1))[0] if name != 'prompt' else []
-    if len(empty_rows):
-      raise ValueError(f'encoder_input_tokens row {empty_rows[0]} is all padding (every id 0): '
-                       'the encoder sees nothing and the row decodes junk; each row needs at '
-                       'least one token (drop or fill the row)')
-  if prompt is not None and not isinstance(prompt, jax.core.Tracer) and jnp.size(prompt):
-    present = np.asarray(prompt) != 0
-    rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]
-    if rows.size:
-      raise ValueError(f'prompt row {rows[0]} holds 0 before a token: 0 is padding, allowed '
-                       'only after a row\'s last token')
+    for first_row, ids in _host_rows(array):
+      if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(f'{name} holds ids {ids.min()}..{ids.max()}, outside the vocabulary '
+                         f'[0, {vocab_size})')
+      empty_rows = np.nonzero(~np.any(ids != 0, axis=1))[0] if name != 'prompt' else []
+      if len(empty_rows):
+        raise ValueError(f'encoder_input_tokens row {first_row + empty_rows[0]} is all padding '
+                         '(every id 0): the encoder sees nothing and the row decodes junk; each '
+                         'row needs at least one token (drop or fill the row)')
+      if name == 'prompt':
+        present = ids != 0
+        rows = np.nonzero(np.any(present[:, 1:] & ~present[:, :-1], axis=1))[0]
+        if rows.size:
+          raise ValueError(f'prompt row {first_row + rows[0]} holds 0 before a token: 0 is '
+                           'padding, allowed only after a row\'s last token')
   return encoder_input_tokens, prompt
+
+
+def _host_rows(array: Any) -> list[tuple[int, np.ndarray]]:
+  """(first row, values) of the rows of a [B, L] array this host can read.
+
+  The whole array, or for an array spread over several hosts
+  (spec_decode.multihost) each of its local shards: every host checks its own.
+  """
+  if getattr(array, 'is_fully_addressable', True):
+    return [(0, np.asarray(array))]
+  return [(shard.index[0].start or 0, np.asarray(shard.data)) for shard in array.addressable_shards]

@@ -69,6 +69,7 @@ def files(tmp_path_factory):
 
 
 # name: (flags after --gin_file=decode.gin, the message stderr must hold)
+_PROCESSES = '--gin_file=runs/sharded/processes.gin'
 CASES = {
     'vocabulary_not_the_checkpoints': (["--gin.DRAFT_CHECKPOINT='{d}/other_vocabulary'"],
                                        'vocabulary mismatch: '),
@@ -186,6 +187,22 @@ CASES = {
                            'gamma (GAMMA in gin) must be an integer in 1..2147483647'),
     'decode_len_plus_gamma_beyond_int32': (['--gin.MAX_DECODE_LEN=2147483647'],
                                            'max_decode_len + gamma + 2 must be at most 2147483647'),
+    'processes_without_a_mesh': ([_PROCESSES, "--gin.COORDINATOR_ADDRESS='localhost:1234'",
+                                  '--gin.NUM_PROCESSES=2'],
+                                 'a run over several processes needs a mesh: set MODEL_PARALLEL'),
+    'processes_without_a_coordinator': ([_PROCESSES, '--gin.NUM_PROCESSES=2'],
+                                        'NUM_PROCESSES and PROCESS_ID need a COORDINATOR_ADDRESS'),
+    'coordinator_without_a_port': ([_PROCESSES, "--gin.COORDINATOR_ADDRESS='localhost'",
+                                    '--gin.NUM_PROCESSES=2'],
+                                   'joining the other processes: coordinator_address must be '
+                                   "host:port (port 1..65534; the next port is used too), got "
+                                   "'localhost'"),
+    'process_id_not_below_the_count': ([_PROCESSES, '--gin.NUM_PROCESSES=2', '--gin.PROCESS_ID=2'],
+                                       'process_id 2 (PROCESS_ID in gin) must be below '
+                                       'num_processes 2 (NUM_PROCESSES)'),
+    'heartbeat_timeout_zero': ([_PROCESSES, '--gin.HEARTBEAT_TIMEOUT_S=0'],
+                               'heartbeat_timeout_s (HEARTBEAT_TIMEOUT_S in gin) must be a number '
+                               'of seconds >= 1, got 0'),
 }
 
 

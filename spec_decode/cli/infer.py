@@ -53,7 +53,7 @@ OUTPUT_FILE and says on stderr what the `.incomplete` file holds.
 import functools
 import sys
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -61,6 +61,7 @@ import tqdm
 
 from spec_decode import beam_search
 from spec_decode import checkpoints
+from spec_decode.cli import devices
 from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli import jsonl
@@ -69,6 +70,7 @@ from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
 from spec_decode import models
+from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
 from spec_decode.t5.config import T5Config
@@ -86,7 +88,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           beam_size: int = 4, beam_alpha: float = 0.6, draft_width: int = 4,
           draft_temperature: float | None = None, draft_top_k: int | None = None,
           draft_top_p: float | None = None, memory_limit_gb: float | None = None,
-          allow_vocabulary_mismatch: bool = False) -> dict[str, Any]:
+          allow_vocabulary_mismatch: bool = False, coordinator_address: str | None = None,
+          num_processes: int = 1, process_id: int = 0, process_timeout_s: float = 300.0,
+          heartbeat_timeout_s: float = 100.0) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`. The settings, the
@@ -153,6 +157,17 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       vocabulary than `vocabulary` (`checkpoints.check_vocabulary`: our
       checkpoints carry the sha256 of theirs; T5X's and Hugging Face's do not,
       and are not checked).
+    coordinator_address: None decodes in this process alone (unless the
+      environment sets JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+      JAX_PROCESS_ID); 'host:port' of process 0 joins `num_processes`
+      processes, one per host, over one mesh (model_parallel >= 1; see
+      spec_decode.cli.devices); 'auto' lets JAX find them (a Cloud TPU pod
+      slice). Process 0 writes the output; the others write nothing.
+    num_processes: processes in the run.
+    process_id: this process, in [0, num_processes).
+    process_timeout_s: how long the processes wait for each other to arrive.
+    heartbeat_timeout_s: a process silent this long (dead) ends the others
+      with an error naming it.
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -167,6 +182,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     raise ConfigError('a draft needs both draft_config and draft_checkpoint')
   settings = dict(locals())
   infer_settings.check_settings(settings)
+  devices.join(settings)  # Before anything starts JAX's backend.
   try:
     sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
   except ValueError as e:
@@ -206,11 +222,14 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   else:
     options = dict(loop=infer_settings.loop_options(settings, speculate=speculate),
                    lenience=lenience, confidence_threshold=confidence_threshold)
-  with jsonl.writing(jsonl.Output(output_file, input_file), len(examples)) as out:
+  output = (jsonl.Output(output_file, input_file) if devices.is_writer()
+            else jsonl.Discard(jax.process_index()))
+  with jsonl.writing(output, len(examples)) as out:
     summary = _run(out, examples, configs, paths, vocabulary, (sampling, draft_sampling),
                    options, beam=decode == 'beam', batch_size=batch_size, seed=seed,
                    model_parallel=model_parallel)
-  _print_summary(summary, speculate and decode == 'sample', gamma)
+  if devices.is_writer():
+    _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
 
 
@@ -224,22 +243,23 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
   `options` are the static keyword arguments of `_beam_decode` (beam) or
   `_decode`.
   """
-  mesh = _mesh(model_parallel, batch_size) if model_parallel else None
-  target, draft = (_load(name, configs.get(name), paths[name], mesh)
+  mesh = devices.make_mesh(model_parallel, batch_size) if model_parallel else None
+  target, draft = (devices.load(name, configs.get(name), paths[name], mesh)
                    for name in ('target', 'draft'))
 
   input_len = max(len(e.tokens) for e in examples)  # the longest input, not max_input_len
-  batches = list(_batches(examples, batch_size, input_len, jax.random.key(seed)))
+  batches = list(devices.batches(examples, batch_size, input_len, jax.random.key(seed), mesh))
   decode = jax.jit(functools.partial(_beam_decode if beam else _decode, **options))
   start = time.perf_counter()
   decode = decode.lower(target, draft, *batches[0][1:], knobs).compile()
   compile_s = time.perf_counter() - start
 
   decode_s, generated, target_calls, histogram, drafted = 0.0, 0, 0, 0, 0
-  with tqdm.tqdm(total=len(examples), unit='ex', file=sys.stderr, desc='decoding') as bar:
+  with tqdm.tqdm(total=len(examples), unit='ex', file=sys.stderr, desc='decoding',
+                 disable=not devices.is_writer()) as bar:
     for index, (rows, tokens, rng) in enumerate(batches):
       start = time.perf_counter()
-      result = jax.device_get(decode(target, draft, tokens, rng, knobs))
+      result = multihost.gather(decode(target, draft, tokens, rng, knobs))
       walltime = time.perf_counter() - start
       bad = None if result.nonfinite is None else result.nonfinite[:len(rows)]
       if bad is not None and bad.any():
@@ -272,47 +292,6 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       generated_tokens=generated, tokens_per_s=generated / decode_s,
       tokens_per_target_call=generated / max(target_calls, 1),
       accept_histogram=np.asarray(histogram).tolist(), draft_histogram=np.asarray(drafted).tolist())
-
-
-def _mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
-  """The (data, model) mesh over all devices; ConfigError if it or the batch does not split."""
-  try:
-    mesh = sharding.make_mesh(model_parallel)
-  except ValueError as e:
-    raise ConfigError(str(e)) from None
-  replicas = mesh.shape[sharding.DATA]
-  if batch_size % replicas:
-    raise ConfigError(f'batch_size {batch_size} does not split over the {replicas} model '
-                      f'replicas of model_parallel={model_parallel}')
-  return mesh
-
-
-def _load(name: str, config: T5Config | None, path: str | None,
-          mesh: jax.sharding.Mesh | None) -> models.T5Model | None:
-  """The model from its checkpoint, in config.param_dtype, on the device (or mesh)."""
-  if config is None:
-    return None
-  try:
-    if mesh is not None:
-      rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
-      return sharding.load_model(path, config, mesh, rules)
-    params = checkpoints.load_params(path, config)
-  except ValueError as e:  # Arrays that do not fit the config.
-    raise ConfigError(f'{name}: {e}') from None
-  return models.T5Model(config, jax.device_put(params))
-
-
-def _batches(examples: list[Example], batch_size: int, input_len: int,
-             rng: jax.Array) -> Iterator[tuple[list[Example], np.ndarray, jax.Array]]:
-  """Yields (examples, tokens [B, input_len] 0-padded, keys [B]) per batch."""
-  for start in range(0, len(examples), batch_size):
-    rows = examples[start:start + batch_size]
-    padded = rows + rows[-1:] * (batch_size - len(rows))
-    tokens = np.zeros((batch_size, input_len), np.int32)
-    for b, example in enumerate(padded):
-      tokens[b, :len(example.tokens)] = example.tokens
-    indices = np.minimum(np.arange(start, start + batch_size), len(examples) - 1)
-    yield rows, tokens, jax.vmap(functools.partial(jax.random.fold_in, rng))(indices)
 
 
 def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,

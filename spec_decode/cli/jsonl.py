@@ -217,8 +217,24 @@ class Output:
             f'in {self._partial}')
 
 
+class Discard:
+  """The output of a process other than 0 in a multi-process run: process 0 writes."""
+
+  def __init__(self, process_id: int):
+    self.path, self.records, self._process_id = '-', 0, process_id
+
+  def write(self, records: list[dict[str, Any]]) -> None:
+    self.records += len(records)
+
+  def close(self) -> None:
+    pass
+
+  def abort(self, total: int) -> str:
+    return f'process {self._process_id} writes nothing (process 0 writes the output)'
+
+
 @contextlib.contextmanager
-def writing(out: Output, total: int) -> Iterator[Output]:
+def writing(out: Output | Discard, total: int) -> Iterator[Output]:
   """Closes `out` once the block completes; else aborts it and says what it holds.
 
   Args:

@@ -48,6 +48,9 @@ _SETTINGS = {
     'draft_temperature': ((numbers.Real, type(None)), 'a number or None'),
     'draft_top_k': ((numbers.Integral, type(None)), 'an integer or None'),
     'draft_top_p': ((numbers.Real, type(None)), 'a number or None'),
+    'coordinator_address': ((str, type(None)), 'a string or None'),
+    'num_processes': (numbers.Integral, _INTEGER), 'process_id': (numbers.Integral, _INTEGER),
+    'process_timeout_s': (numbers.Real, _NUMBER), 'heartbeat_timeout_s': (numbers.Real, _NUMBER),
 }
 
 
@@ -59,6 +62,8 @@ _RANGES = {
     'top_k': (0, INT32_MAX, f'0 disables; {_INT32}'),
     'model_parallel': (0, INT32_MAX, '0: one device'),
     'seed': (0, SEED_MAX, 'jax keys keep 32 bits of a seed: a larger one repeats a smaller one'),
+    'num_processes': (1, 2**16, 'one per host'),
+    'process_id': (0, 2**16 - 1, 'below NUM_PROCESSES'),
 }
 
 
@@ -84,6 +89,13 @@ def check_settings(settings: dict[str, Any]) -> None:
   if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
     raise ConfigError(f'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be None (the '
                       f'available memory) or a number of GB > 0, got {limit!r}')
+  for name in ('process_timeout_s', 'heartbeat_timeout_s'):
+    if not 1.0 <= settings[name] < math.inf:
+      raise ConfigError(f'{name} ({name.upper()} in gin) must be a number of seconds >= 1, got '
+                        f'{settings[name]!r}')
+  if settings['process_id'] >= settings['num_processes']:
+    raise ConfigError(f'process_id {settings["process_id"]} (PROCESS_ID in gin) must be below '
+                      f'num_processes {settings["num_processes"]} (NUM_PROCESSES)')
   if not 0.0 < settings['lenience'] <= 1.0:
     raise ConfigError(f'lenience must be in (0, 1], got {settings["lenience"]}')
   threshold = settings['confidence_threshold']

@@ -1,0 +1,123 @@
+"""Where a run's models and batches lie: one device, a mesh, or a mesh over several hosts.
+
+With MODEL_PARALLEL >= 1 the models lie over a (devices / n, n) mesh of every
+device (spec_decode.sharding). With NUM_PROCESSES > 1 that mesh spans one
+process per host (spec_decode.multihost): every host runs the same command
+with its own PROCESS_ID, reads and checks the whole input file (so a bad line
+stops every host alike, before any of them waits on another), feeds its
+devices only the rows they hold, and receives every row's output; process 0
+writes the output file.
+"""
+
+import functools
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+
+from spec_decode import checkpoints
+from spec_decode import models
+from spec_decode import multihost
+from spec_decode import sharding
+from spec_decode.cli.gin_utils import ConfigError
+from spec_decode.cli.jsonl import Example
+from spec_decode.t5.config import T5Config
+
+# COORDINATOR_ADDRESS that lets JAX find the cluster itself (Cloud TPU pod slices, SLURM, ...).
+AUTO = 'auto'
+
+
+def join(settings: dict[str, Any]) -> None:
+  """Joins the other processes of a multi-process run; nothing for one process.
+
+  The cluster comes from COORDINATOR_ADDRESS, NUM_PROCESSES and PROCESS_ID,
+  or where COORDINATOR_ADDRESS is None from JAX_COORDINATOR_ADDRESS,
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID in the environment.
+
+  Raises:
+    ConfigError: a bad cluster, a multi-process run without a mesh, or a
+      process that did not arrive within PROCESS_TIMEOUT_S (named).
+  """
+  address, count, index = (settings[k] for k in ('coordinator_address', 'num_processes',
+                                                 'process_id'))
+  timeouts = dict(timeout_s=settings['process_timeout_s'],
+                  heartbeat_timeout_s=int(settings['heartbeat_timeout_s']))
+  try:
+    if address == AUTO:
+      cluster = None
+    elif address is None:
+      if count != 1 or index:
+        raise ConfigError('NUM_PROCESSES and PROCESS_ID need a COORDINATOR_ADDRESS (host:port '
+                          f'of process 0, or {AUTO!r} on a Cloud TPU pod slice)')
+      cluster = multihost.Cluster.from_env()
+      if cluster is None or cluster.num_processes == 1:
+        return
+    else:
+      cluster = multihost.Cluster(address, count, index)
+      if count == 1:
+        return
+    if not settings['model_parallel']:
+      raise ConfigError('a run over several processes needs a mesh: set MODEL_PARALLEL >= 1 '
+                        '(include runs/sharded/mesh.gin)')
+    multihost.initialize(cluster, **timeouts)
+  except (ValueError, TimeoutError) as e:
+    raise ConfigError(f'joining the other processes: {e}') from None
+
+
+def is_writer() -> bool:
+  """Whether this process writes the output: process 0 (the only one on one host)."""
+  return jax.process_index() == 0
+
+
+def make_mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
+  """The (data, model) mesh over all devices; ConfigError if it or the batch does not split."""
+  try:
+    mesh = sharding.make_mesh(model_parallel)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  replicas = mesh.shape[sharding.DATA]
+  if batch_size % replicas:
+    raise ConfigError(f'batch_size {batch_size} does not split over the {replicas} model '
+                      f'replicas of model_parallel={model_parallel}')
+  return mesh
+
+
+def load(name: str, config: T5Config | None, path: str | None,
+         mesh: jax.sharding.Mesh | None) -> models.T5Model | None:
+  """The model from its checkpoint, in config.param_dtype, on the device (or mesh)."""
+  if config is None:
+    return None
+  try:
+    if mesh is not None:
+      rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
+      return sharding.load_model(path, config, mesh, rules)
+    params = checkpoints.load_params(path, config)
+  except ValueError as e:  # Arrays that do not fit the config.
+    raise ConfigError(f'{name}: {e}') from None
+  return models.T5Model(config, jax.device_put(params))
+
+
+def batches(examples: list[Example], batch_size: int, input_len: int, rng: jax.Array,
+            mesh: jax.sharding.Mesh | None) -> Iterator[tuple[list[Example], Any, Any]]:
+  """Yields (examples, tokens [B, input_len] 0-padded, keys [B]) per batch.
+
+  The last batch is padded by repeating its last example. Example i is
+  sampled with key fold_in(rng, i), whatever the batch size or process count.
+  Over a mesh, tokens and raw key data ([B, 2] uint32) are global arrays
+  split by row (STANDARD_RULES), each host holding its rows.
+  """
+  for start in range(0, len(examples), batch_size):
+    rows = examples[start:start + batch_size]
+    padded = rows + rows[-1:] * (batch_size - len(rows))
+    tokens = np.zeros((batch_size, input_len), np.int32)
+    for b, example in enumerate(padded):
+      tokens[b, :len(example.tokens)] = example.tokens
+    indices = np.minimum(np.arange(start, start + batch_size), len(examples) - 1)
+    keys = jax.vmap(functools.partial(jax.random.fold_in, rng))(indices)
+    if mesh is None:
+      yield rows, tokens, keys
+      continue
+    keys = np.asarray(jax.random.key_data(keys))
+    yield rows, *(multihost.global_array(
+        lambda r, x=x: x[r], x.shape,
+        sharding.batch_sharding(mesh, sharding.STANDARD_RULES, x.shape)) for x in (tokens, keys))
