@@ -73,3 +73,44 @@ def rewind(cache: Cache, index: jax.Array) -> Cache:
     index: [B] int32 new write positions.
   """
   return cache.replace(index=jnp.asarray(index, jnp.int32))
+
+
+@flax.struct.dataclass
+class PromptState:
+  """`Cache.layers` of a decoder-only model whose loop starts behind a prompt.
+
+  The loops start every row at loop position 0 with the decoder start token
+  (id 0) in a fresh cache. A decoder-only model instead prefills row b's
+  prompt, all but its last token, at physical positions 0 .. offset[b] - 1,
+  and maps loop position i to physical position offset[b] + i, feeding the
+  row's last prompt token in place of the loop's token at loop position 0
+  (`behind_prompt`). Loop position 0's logits are then those after the whole
+  prompt, and `Cache.index` stays the loop position the loops advance and
+  rewind.
+
+  Attributes:
+    buffers: the model's key/value buffers at physical positions.
+    offset: [B] int32 physical position of loop position 0 (prompt length - 1).
+    last_token: [B] int32 each row's last prompt token.
+  """
+
+  buffers: Any
+  offset: jax.Array
+  last_token: jax.Array
+
+
+def behind_prompt(tokens: jax.Array, cache: Cache) -> tuple[jax.Array, jax.Array]:
+  """The tokens a decoder-only model reads, and their physical start positions.
+
+  Args:
+    tokens: [B, K] int32 at loop positions cache.index[b] + 0..K-1.
+    cache: a Cache whose layers are a PromptState.
+
+  Returns:
+    tokens with each row's last prompt token at loop position 0, and [B]
+    int32 physical positions of tokens[:, 0].
+  """
+  state = cache.layers
+  loop_positions = cache.index[:, None] + jnp.arange(tokens.shape[1])  # [B, K]
+  tokens = jnp.where(loop_positions == 0, state.last_token[:, None], tokens)
+  return tokens, state.offset + cache.index

@@ -51,6 +51,7 @@ from spec_decode.checkpoints.vocabulary import (  # noqa: F401
     SIDECAR, check_vocabulary, check_vocabulary_pair, read_vocabulary, vocabulary_record,
     write_vocabulary)
 from spec_decode.t5.config import T5Config
+from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
 T5X_VERSION = 3  # Since 2021: bfloat16 is stored as zarr 'bfloat16', not uint16.
 _T5X_FILE = 'checkpoint'
@@ -342,7 +343,8 @@ def load_params(path: str, config: T5Config, dtype=None, shardings: Any = None) 
 
   Args:
     path: a checkpoint directory or file (see `checkpoint_format`).
-    config: the T5Config the parameters must fit.
+    config: the T5Config the parameters must fit, or a DecoderOnlyConfig
+      (T5X's decoder-only layout; T5X and orbax checkpoints).
     dtype: dtype of the returned arrays; default config.param_dtype.
     shardings: optional tree of jax.sharding.Sharding, one per parameter (e.g.
       `spec_decode.sharding.param_shardings`): the arrays are then placed on
@@ -360,6 +362,9 @@ def load_params(path: str, config: T5Config, dtype=None, shardings: Any = None) 
       shape or vocabulary size for `config`; the message names each array.
   """
   kind = checkpoint_format(path)
+  if kind == 'hf' and isinstance(config, DecoderOnlyConfig):
+    raise ValueError(f'{path} is a Hugging Face checkpoint: decoder-only T5 models load from '
+                     'T5X or orbax checkpoints (Llama checkpoints: spec_decode.llama.LlamaModel)')
   dtype = config.param_dtype if dtype is None else dtype
   source = f'{kind} checkpoint {path}'
   if kind == 't5x':  # Shapes are checked before any array is read.

@@ -15,6 +15,7 @@ import numpy as np
 from flax import traverse_util
 
 from spec_decode.t5.config import T5Config
+from spec_decode.t5.decoder_only import DecoderOnlyConfig, DecoderOnlyTransformer
 from spec_decode.t5.network import Transformer
 
 Params = dict[str, Any]  # Nested dicts of arrays, our T5X layout.
@@ -36,11 +37,24 @@ def unflatten(flat: dict[str, Any]) -> Params:
 
 
 @functools.cache
-def expected_shapes(config: T5Config) -> dict[str, tuple[int, ...]]:
-  """The network's own parameter names and shapes, e.g. 'encoder/encoder_norm/scale': (E,)."""
+def expected_shapes(config: T5Config | DecoderOnlyConfig) -> dict[str, tuple[int, ...]]:
+  """The network's own parameter names and shapes, e.g. 'encoder/encoder_norm/scale': (E,).
+
+  A DecoderOnlyConfig gives those of T5X's decoder-only layout.
+  """
   tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
-  shapes = jax.eval_shape(Transformer(config).init, jax.random.key(0), tokens, tokens)
+  if isinstance(config, DecoderOnlyConfig):
+    shapes = jax.eval_shape(DecoderOnlyTransformer(config).init, jax.random.key(0), tokens)
+  else:
+    shapes = jax.eval_shape(Transformer(config).init, jax.random.key(0), tokens, tokens)
   return {name: x.shape for name, x in flatten(shapes['params']).items()}
+
+
+def _vocab_arrays(config: T5Config | DecoderOnlyConfig) -> tuple[tuple[str, int], ...]:
+  """(name, vocabulary axis) of the embedding and the output layer."""
+  embedding = ('decoder/token_embedder/embedding' if isinstance(config, DecoderOnlyConfig)
+               else 'token_embedder/embedding')
+  return (embedding, 0), ('decoder/logits_dense/kernel', 1)
 
 
 def check_params(params: Params, config: T5Config, source: str = 'checkpoint',
@@ -56,7 +70,7 @@ def check_params(params: Params, config: T5Config, source: str = 'checkpoint',
   expected = expected_shapes(config)
   found = {name: np.shape(x) for name, x in flatten(params).items()}
   problems, vocab_mismatch = [], set()
-  for name, axis in (('token_embedder/embedding', 0), ('decoder/logits_dense/kernel', 1)):
+  for name, axis in _vocab_arrays(config):
     shape = found.get(name)
     if shape is not None and len(shape) == 2 and shape[axis] != config.vocab_size:
       vocab_mismatch.add(name)

@@ -65,28 +65,28 @@ class DecoderCache:
   encoder_mask: jax.Array
 
 
-def _attention(cfg: T5Config) -> layers.MultiHeadAttention:
+def attention(cfg: T5Config) -> layers.MultiHeadAttention:
   return layers.MultiHeadAttention(
       num_heads=cfg.num_heads, head_dim=cfg.head_dim, emb_dim=cfg.emb_dim,
       dropout_rate=cfg.dropout_rate, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
 
 
-def _norm(cfg: T5Config) -> layers.RMSNorm:
+def norm(cfg: T5Config) -> layers.RMSNorm:
   return layers.RMSNorm(dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
 
 
-def _mlp(cfg: T5Config) -> layers.MlpBlock:
+def mlp(cfg: T5Config) -> layers.MlpBlock:
   return layers.MlpBlock(mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate,
                          dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
 
 
-def _relpos_bias(cfg: T5Config, bidirectional: bool) -> layers.RelativePositionBias:
+def relpos_bias(cfg: T5Config, bidirectional: bool) -> layers.RelativePositionBias:
   return layers.RelativePositionBias(
       num_heads=cfg.num_heads, num_buckets=cfg.num_buckets, max_distance=cfg.max_distance,
       bidirectional=bidirectional, param_dtype=cfg.weight_dtype)
 
 
-def _dropout(cfg: T5Config) -> nn.Dropout:
+def dropout(cfg: T5Config) -> nn.Dropout:
   return nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))  # one mask for all positions
 
 
@@ -97,11 +97,11 @@ class EncoderLayer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.pre_attention_layer_norm = _norm(cfg)
-    self.attention = _attention(cfg)
-    self.pre_mlp_layer_norm = _norm(cfg)
-    self.mlp = _mlp(cfg)
-    self.dropout = _dropout(cfg)
+    self.pre_attention_layer_norm = norm(cfg)
+    self.attention = attention(cfg)
+    self.pre_mlp_layer_norm = norm(cfg)
+    self.mlp = mlp(cfg)
+    self.dropout = dropout(cfg)
 
   def __call__(self, inputs: jax.Array, bias: jax.Array, deterministic: bool) -> jax.Array:
     """[B, S, E], bias [B, H, S, S] -> [B, S, E]."""
@@ -119,10 +119,10 @@ class Encoder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.relpos_bias = _relpos_bias(cfg, bidirectional=True)
+    self.relpos_bias = relpos_bias(cfg, bidirectional=True)
     self.layers = [EncoderLayer(cfg) for _ in range(cfg.num_encoder_layers)]
-    self.encoder_norm = _norm(cfg)
-    self.dropout = _dropout(cfg)
+    self.encoder_norm = norm(cfg)
+    self.dropout = dropout(cfg)
 
   def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
     """Encodes embedded tokens.
@@ -151,13 +151,13 @@ class DecoderLayer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.pre_self_attention_layer_norm = _norm(cfg)
-    self.self_attention = _attention(cfg)
-    self.pre_cross_attention_layer_norm = _norm(cfg)
-    self.encoder_decoder_attention = _attention(cfg)
-    self.pre_mlp_layer_norm = _norm(cfg)
-    self.mlp = _mlp(cfg)
-    self.dropout = _dropout(cfg)
+    self.pre_self_attention_layer_norm = norm(cfg)
+    self.self_attention = attention(cfg)
+    self.pre_cross_attention_layer_norm = norm(cfg)
+    self.encoder_decoder_attention = attention(cfg)
+    self.pre_mlp_layer_norm = norm(cfg)
+    self.mlp = mlp(cfg)
+    self.dropout = dropout(cfg)
 
   def cross_kv(self, encoded: jax.Array) -> KeyValue:
     """[B, S, E] encoder output -> its cross-attention keys and values [B, H, S, Dh]."""
@@ -205,14 +205,14 @@ class Decoder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.relpos_bias = _relpos_bias(cfg, bidirectional=False)
+    self.relpos_bias = relpos_bias(cfg, bidirectional=False)
     self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers)]
-    self.decoder_norm = _norm(cfg)
+    self.decoder_norm = norm(cfg)
     # Untied output layer; T5 1.1 does not rescale its input.
     self.logits_dense = nn.Dense(
         cfg.vocab_size, use_bias=False, dtype=jnp.float32, param_dtype=cfg.weight_dtype,
         kernel_init=layers.dense_init)
-    self.dropout = _dropout(cfg)
+    self.dropout = dropout(cfg)
 
   def cross_kv(self, encoded: jax.Array) -> tuple[KeyValue, ...]:
     """[B, S, E] -> one KeyValue [B, H, S, Dh] per layer."""

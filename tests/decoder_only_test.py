@@ -1,0 +1,162 @@
+"""Decoder-only T5 1.1 language models (T5X's layout) in the decoding loops."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_decode import checkpoints
+from spec_decode import decoding
+from spec_decode import lm
+from spec_decode import sampling as sampling_lib
+from spec_decode.checkpoints.param_trees import flatten
+from spec_decode.t5.decoder_only import DecoderOnlyConfig, DecoderOnlyTransformer
+from tests import stubs
+from tests.tolerances import assert_close
+
+# Each statistical test rejects at this p-value (its false-positive rate).
+FALSE_POSITIVE_RATE = 1e-4
+TARGET = DecoderOnlyConfig(vocab_size=64, emb_dim=32, num_heads=4, num_layers=2, head_dim=8,
+                           mlp_dim=64)
+DRAFT = DecoderOnlyConfig(vocab_size=64, emb_dim=16, num_heads=2, num_layers=1, head_dim=8,
+                          mlp_dim=32)
+EOS = 1
+
+
+def _model(config: DecoderOnlyConfig, seed: int, scale: float = 1.0) -> lm.DecoderOnlyModel:
+  """Random parameters; scale > 1 sharpens the output layer (fewer, likelier tokens)."""
+  model = lm.DecoderOnlyModel.random(config, jax.random.key(seed))
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, x: x * scale if 'logits_dense' in jax.tree_util.keystr(path) else x,
+      model.params)
+  return model.replace(params=params)
+
+
+def _forward(model: lm.DecoderOnlyModel, tokens: jax.Array) -> jax.Array:
+  """Teacher forcing: [B, L] (0 first) -> [B, L, V]."""
+  return model.network.apply({'params': model.params}, tokens)
+
+
+def test_cached_chunks_equal_teacher_forcing_behind_ragged_prompts():
+  model = _model(TARGET, 0)
+  prompts, lengths = np.array([[5, 6, 7, 8], [9, 10, 0, 0], [0, 0, 0, 0]]), np.array([4, 2, 0])
+  continuation = np.array([[11, 12, 13, 14, 15]] * 3)
+  step_fn, cache = model.start(jnp.asarray(prompts), 8, jnp.asarray(lengths))
+  chunks = []
+  for chunk in (continuation[:, :1], continuation[:, 1:3], continuation[:, 3:]):
+    logits, cache = step_fn(jnp.asarray(chunk), cache)  # loop position 0's token is replaced
+    chunks.append(logits)
+  cached = np.concatenate(chunks, axis=1)  # [B, 5, V]
+  for b, length in enumerate(lengths):
+    sequence = np.concatenate([[0], prompts[b, :length], continuation[b, 1:]])
+    full = np.asarray(_forward(model, jnp.asarray(sequence[None])))[0]
+    assert_close(cached[b], full[length:], ulps=64)
+
+
+def test_greedy_speculative_equals_baseline_and_rows_their_batch_of_one():
+  target, draft = _model(TARGET, 1, 2.0), _model(DRAFT, 2, 2.0)
+  prompts, lengths = np.array([[3, 4, 5], [6, 0, 0], [7, 8, 0]]), np.array([3, 0, 2])
+  kwargs = dict(max_decode_len=10, eos_id=EOS)
+  baseline = lm.generate(target, prompts, lengths, 0, **kwargs)
+  for verification in ('token', 'block'):
+    out = lm.speculative_generate(target, draft, prompts, lengths, 0, gamma=3,
+                                  verification=verification, **kwargs)
+    np.testing.assert_array_equal(out.tokens, baseline.tokens)
+  for b in range(3):
+    one = lm.generate(target, prompts[b:b + 1], lengths[b:b + 1], 0, **kwargs)
+    np.testing.assert_array_equal(one.tokens[0], baseline.tokens[b])
+  assert len({tuple(row) for row in np.asarray(baseline.tokens)}) == 3
+
+
+def test_speculative_beam_search_finds_the_beams_of_beam_search():
+  target, draft = _model(TARGET, 3, 2.0), _model(DRAFT, 4, 2.0)
+  prompts, lengths = np.array([[3, 4, 5], [6, 0, 0]]), np.array([3, 1])
+  plain = lm.beam_generate(target, prompts, lengths, beam_size=3, max_decode_len=8, eos_id=EOS)
+  fast = lm.beam_generate(target, prompts, lengths, beam_size=3, max_decode_len=8, eos_id=EOS,
+                          draft=draft, draft_width=2, gamma=3)
+  np.testing.assert_array_equal(fast.tokens, plain.tokens)
+  assert_close(fast.scores, plain.scores, ulps=16)
+
+
+def _joint(model: lm.DecoderOnlyModel, prompt: np.ndarray) -> np.ndarray:
+  """[V, V, V] probabilities of the first three tokens after `prompt` (exact)."""
+  vocab = model.vocab_size
+  pairs = np.stack(np.meshgrid(np.arange(vocab), np.arange(vocab), indexing='ij'), -1)
+  sequences = np.concatenate([np.zeros((vocab * vocab, 1), int),
+                              np.broadcast_to(prompt, (vocab * vocab, len(prompt))),
+                              pairs.reshape(-1, 2)], axis=1)
+  logits = _forward(model, jnp.asarray(sequences, jnp.int32))
+  probs = np.asarray(jax.nn.softmax(logits[:, len(prompt):], axis=-1), np.float64)
+  probs = probs.reshape(vocab, vocab, 3, vocab)  # [t1, t2, position, token]
+  return probs[0, 0, 0][:, None, None] * probs[:, 0, 1][:, :, None] * probs[:, :, 2]
+
+
+@pytest.mark.parametrize('gamma', [0, 2])
+def test_sampled_sequences_follow_the_target(gamma):
+  """Joint law of the first three tokens after two ragged prompts == p's, by chi-square.
+
+  Two tests per case (one per prompt), each at FALSE_POSITIVE_RATE. Checked by
+  hand once: a too-lenient acceptance test (u < p/q + 0.5 in speculative.py)
+  fails the gamma = 2 case.
+  """
+  small = dict(vocab_size=8, num_buckets=8, max_distance=16)
+  target = _model(DecoderOnlyConfig(**{**TARGET.__dict__, **small}), 5, 3.0)
+  draft = _model(DecoderOnlyConfig(**{**DRAFT.__dict__, **small}), 6, 3.0)
+  prompts, lengths = np.array([[3, 2, 4], [5, 0, 0]]), np.array([3, 0])
+  rows = 40_000
+  options = decoding.LoopOptions(3, gamma, eos_id=-1)
+  out = jax.jit(lm.decode, static_argnums=5)(
+      target, draft if gamma else None, jnp.asarray(np.repeat(prompts, rows, 0)),
+      jnp.asarray(np.repeat(lengths, rows)), jax.random.key(7), options,
+      sampling=sampling_lib.SamplingParams.create(temperature=1.0))
+  tokens = np.asarray(out.tokens)
+  for i, (prompt, length) in enumerate(zip(prompts, lengths)):
+    joint = _joint(target, prompt[:length])
+    outcome = np.ravel_multi_index(tokens[i * rows:(i + 1) * rows].T, joint.shape)
+    counts = np.bincount(outcome, minlength=joint.size)
+    assert stubs.chi_square_pvalue(counts, joint.ravel()) > FALSE_POSITIVE_RATE, f'prompt {i}'
+  if gamma:
+    hist = np.asarray(out.accept_histogram)
+    assert hist[0] > 0 and hist[gamma] > 0, hist
+
+
+def test_t5x_checkpoint_round_trip_and_named_errors(tmp_path):
+  model = _model(TARGET, 8)
+  path = str(tmp_path / 'lm')
+  checkpoints.write_t5x(path, model.params)
+  loaded = lm.DecoderOnlyModel.load(path, TARGET)
+  for name, x in flatten(model.params).items():
+    np.testing.assert_array_equal(flatten(loaded.params)[name], x, err_msg=name)
+  assert set(flatten(model.params)) >= {'decoder/token_embedder/embedding',
+                                        'decoder/layers_1/self_attention/query/kernel',
+                                        'decoder/logits_dense/kernel'}
+  with pytest.raises(ValueError, match='missing array decoder/layers_2/mlp/wo/kernel'):
+    lm.DecoderOnlyModel.load(path, DecoderOnlyConfig(**{**TARGET.__dict__, 'num_layers': 3}))
+  with pytest.raises(ValueError, match='vocab size mismatch: decoder/token_embedder/embedding'):
+    lm.DecoderOnlyModel.load(path, DecoderOnlyConfig(**{**TARGET.__dict__, 'vocab_size': 128}))
+
+
+@pytest.mark.parametrize('prompts, lengths, match', [
+    ([[3, 4]], [3], r'lengths must lie in 0..P=2'),
+    ([[3, 64]], None, r'prompt_tokens\[0, 1\] = 64 is outside the vocabulary'),
+    ([[3.0, 4.0]], None, 'integer token ids'),
+    ([[3, 4]], [1, 2], r'lengths must be \[B=1\] integers'),
+])
+def test_bad_prompts_are_named(prompts, lengths, match):
+  with pytest.raises(ValueError, match=match):
+    lm.generate(_model(TARGET, 0), np.asarray(prompts), lengths, 0, max_decode_len=4, eos_id=EOS)
+
+
+def test_a_draft_of_another_vocabulary_is_refused():
+  other = DecoderOnlyConfig(**{**DRAFT.__dict__, 'vocab_size': 128})
+  with pytest.raises(ValueError, match='draft vocab_size 128 != target vocab_size 64'):
+    lm.speculative_generate(_model(TARGET, 0), _model(other, 1), np.array([[3]]), None, 0,
+                            gamma=2, max_decode_len=4, eos_id=EOS)
+
+
+def test_network_shapes_are_t5x_decoder_only():
+  shapes = jax.eval_shape(DecoderOnlyTransformer(TARGET).init, jax.random.key(0),
+                          jax.ShapeDtypeStruct((1, 1), jnp.int32))['params']
+  assert sorted(shapes) == ['decoder']
+  assert shapes['decoder']['relpos_bias']['rel_embedding'].shape == (4, 32)
+  assert shapes['decoder']['layers_0']['mlp']['wi_1']['kernel'].shape == (32, 64)
