@@ -169,3 +169,40 @@ def measure_alpha(target: models.T5Model, draft: Draft, encoder_input_tokens: np
                               jnp.asarray(tokens[rows]), sampling, draft_sampling))
              for rows in _batches(n, batch_size)]
   return AlphaStats.from_betas(np.concatenate(per_row)[:n], lengths)
+
+
+@jax.jit
+def lm_betas(target, draft, prompt_tokens: jax.Array, lengths: jax.Array, tokens: jax.Array,
+             sampling: sampling_lib.SamplingParams) -> jax.Array:
+  """`betas` for decoder-only models (spec_decode.lm): outputs after prompts.
+
+  Each model's step function over the whole output in one call (the
+  step-function contract makes it equal to one call per token).
+
+  Args:
+    target, draft: decoder-only models (or a draft behind prompts) of one vocabulary.
+    prompt_tokens: [B, P] int32 prompts, lengths [B] int32.
+    tokens: [B, L] int32 the target's continuations.
+    sampling: applied to p and q.
+
+  Returns:
+    [B, L] float32 beta of each continuation token.
+  """
+  inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))  # loop position 0 reads the prompt's end
+
+  def distribution(model):
+    step_fn, cache = model.start(prompt_tokens, tokens.shape[1], lengths)
+    return sampling_lib.adjust(step_fn(inputs, cache)[0], sampling)
+
+  return jnp.sum(jnp.minimum(distribution(target), distribution(draft)), axis=-1)
+
+
+def measure_lm_alpha(target, draft, prompt_tokens: np.ndarray, lengths: np.ndarray,
+                     tokens: np.ndarray, output_lengths: np.ndarray, *,
+                     sampling: sampling_lib.SamplingParams, batch_size: int = 64) -> AlphaStats:
+  """alpha of a draft on a decoder-only target's continuations (`lm.generate`'s tokens)."""
+  n = len(tokens)
+  per_row = [np.asarray(lm_betas(target, draft, jnp.asarray(prompt_tokens[rows]),
+                                 jnp.asarray(lengths[rows]), jnp.asarray(tokens[rows]), sampling))
+             for rows in _batches(n, batch_size)]
+  return AlphaStats.from_betas(np.concatenate(per_row)[:n], output_lengths)

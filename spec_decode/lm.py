@@ -29,8 +29,10 @@ from spec_decode import api_checks
 from spec_decode import beam_search
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
+from spec_decode import data
 from spec_decode import decoding
 from spec_decode import drafting
+from spec_decode import drafts
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 from spec_decode import speculative_beam
@@ -88,6 +90,55 @@ class DecoderOnlyModel:
       return network.apply(variables, tokens, cache, method=DecoderOnlyTransformer.decode)
 
     return step_fn, cache
+
+
+@flax.struct.dataclass
+class PromptTableDraft:
+  """A unigram or bigram draft (spec_decode.drafts.TableDraft) behind each row's prompt.
+
+  Its bigram q at loop position 0 follows the row's last prompt token (BOS 0
+  for an empty prompt of a DecoderOnlyModel).
+
+  Attributes:
+    table: the n-gram table.
+    min_prompt_length: static, that of the target's family (0 or 1).
+  """
+
+  table: drafts.TableDraft
+  min_prompt_length: int = flax.struct.field(pytree_node=False, default=0)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.table.vocab_size
+
+  def start(self, prompt_tokens: jax.Array, capacity: int,
+            lengths: jax.Array | None = None) -> tuple[decoding.StepFn, cache_lib.Cache]:
+    """As DecoderOnlyModel.start; nothing to prefill."""
+    batch, width = prompt_tokens.shape
+    offset = (jnp.full((batch,), width, jnp.int32) if lengths is None
+              else jnp.asarray(lengths, jnp.int32)) - self.min_prompt_length
+    sequence = jnp.concatenate([jnp.zeros((batch, 1 - self.min_prompt_length), jnp.int32),
+                                prompt_tokens.astype(jnp.int32)], axis=1)
+    last_token = jnp.take_along_axis(sequence, offset[:, None], axis=1)[:, 0]
+    cache = cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
+                            layers=cache_lib.PromptState(None, offset, last_token),
+                            capacity=capacity)
+
+    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+      tokens, _ = cache_lib.behind_prompt(tokens, cache)
+      return self.table.logits(tokens), cache.replace(index=cache.index + tokens.shape[1])
+
+    return step_fn, cache
+
+
+def bundled_config(name: str, dtype: str = 'float32') -> DecoderOnlyConfig:
+  """The config of a bundled language model ('lm_target', 'lm_draft': data.LM_SIZES)."""
+  if name not in data.LM_SIZES:
+    raise ValueError(f'unknown bundled language model {name!r}; expected one of '
+                     f'{sorted(data.LM_SIZES)}')
+  fields = ('emb_dim', 'num_heads', 'num_layers', 'head_dim', 'mlp_dim')
+  return DecoderOnlyConfig(vocab_size=data.VOCAB_SIZE, dtype=dtype, param_dtype=dtype,
+                           **dict(zip(fields, data.LM_SIZES[name])))
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -5,8 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spec_decode import acceptance
 from spec_decode import checkpoints
 from spec_decode import decoding
+from spec_decode import drafts
 from spec_decode import lm
 from spec_decode import sampling as sampling_lib
 from spec_decode.checkpoints.param_trees import flatten
@@ -160,3 +162,38 @@ def test_network_shapes_are_t5x_decoder_only():
   assert sorted(shapes) == ['decoder']
   assert shapes['decoder']['relpos_bias']['rel_embedding'].shape == (4, 32)
   assert shapes['decoder']['layers_0']['mlp']['wi_1']['kernel'].shape == (32, 64)
+
+
+def test_alpha_of_a_bigram_draft_behind_prompts_by_hand():
+  """acceptance.lm_betas against sum_x min(p, q) computed from teacher forcing and the table."""
+  target = _model(TARGET, 9, 2.0)
+  rng = np.random.default_rng(0)
+  table = drafts.TableDraft(jnp.asarray(np.log(rng.dirichlet(np.ones(64), 64)), jnp.float32))
+  draft = lm.PromptTableDraft(table)
+  prompts, lengths = np.array([[3, 4, 5], [6, 0, 0], [0, 0, 0]]), np.array([3, 1, 0])
+  sampling = sampling_lib.SamplingParams.create(temperature=1.0)
+  out = lm.generate(target, prompts, lengths, 1, max_decode_len=6, eos_id=-1, sampling=sampling)
+  betas = np.asarray(acceptance.lm_betas(target, draft, jnp.asarray(prompts),
+                                         jnp.asarray(lengths), out.tokens, sampling))
+  for b, length in enumerate(lengths):
+    sequence = np.concatenate([[0], prompts[b, :length], np.asarray(out.tokens[b])])
+    p = np.asarray(jax.nn.softmax(_forward(model=target, tokens=jnp.asarray(sequence[None]))[0]))
+    previous = sequence[length:length + 6]  # the token before each continuation token
+    q = np.exp(np.asarray(table.log_probs))[previous]
+    expected = np.minimum(p[length:length + 6], q).sum(-1)
+    assert_close(betas[b], expected, ulps=64)
+  self_betas = acceptance.lm_betas(target, target, jnp.asarray(prompts), jnp.asarray(lengths),
+                                   out.tokens, sampling)
+  assert_close(self_betas, np.ones((3, 6)), ulps=64)
+
+
+def test_greedy_with_a_table_draft_equals_baseline():
+  target = _model(TARGET, 10, 2.0)
+  rng = np.random.default_rng(1)
+  table = drafts.TableDraft(jnp.asarray(np.log(rng.dirichlet(np.ones(64), 64)), jnp.float32))
+  prompts, lengths = np.array([[3, 4], [6, 0]]), np.array([2, 0])
+  kwargs = dict(max_decode_len=8, eos_id=EOS)
+  baseline = lm.generate(target, prompts, lengths, 0, **kwargs)
+  out = lm.speculative_generate(target, lm.PromptTableDraft(table), prompts, lengths, 0, gamma=3,
+                                **kwargs)
+  np.testing.assert_array_equal(out.tokens, baseline.tokens)

@@ -27,6 +27,12 @@ MODEL_SIZES = {
     'draft_large': (256, 4, 2, 2, 64, 768),
     'draft_small': (128, 2, 2, 2, 64, 512),
 }
+# The bundled decoder-only language models (models/<name>/, spec_decode.t5.decoder_only):
+# (emb_dim, num_heads, num_layers, head_dim, mlp_dim).
+LM_SIZES = {
+    'lm_target': (256, 4, 3, 64, 768),
+    'lm_draft': (128, 2, 1, 64, 256),
+}
 
 
 @functools.cache

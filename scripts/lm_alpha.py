@@ -1,0 +1,106 @@
+"""The GPT-like row of the paper's Table 3 for a decoder-only pair: alpha of its draft,
+
+and of unigram and bigram drafts, at T = 0 and T = 1, beside the paper's figures.
+
+  python scripts/lm_alpha.py --n 200 --out_dir out/lm_alpha
+
+Prompts are the first PROMPT_TOKENS tokens of the first N English sentences of
+Multi30k test; the target continues each (greedy, or sampled with key
+fold_in(key(seed), i)) for at most MAX_DECODE_LEN tokens, and alpha is the mean
+of beta = sum_x min(p(x), q(x)) over the continuations' tokens
+(spec_decode.acceptance.measure_lm_alpha), with a cluster-robust standard
+error. The n-gram drafts are estimated from the training text
+(spec_decode.training.lm). Defaults: the bundled pair.
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+import jax
+import numpy as np
+
+from spec_decode import acceptance
+from spec_decode import data
+from spec_decode import drafts
+from spec_decode import lm
+from spec_decode import sampling as sampling_lib
+from spec_decode.text import EOS_ID
+from spec_decode.training import lm as lm_training
+
+# Leviathan et al. 2023, Table 3: GPT-like (97M) target, LM1B.
+PAPER = {'draft (6M)': (0.88, 0.89), 'unigram': (0.03, 0.03), 'bigram': (0.05, 0.05)}
+
+
+def prompts(n: int, prompt_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+  """[n, prompt_tokens] int32 prompts (test sentences' first tokens) and their lengths."""
+  seqs = [s[:-1] for s in lm_training.sequences('test')][:n]  # EOS dropped
+  tokens = np.zeros((len(seqs), prompt_tokens), np.int32)
+  lengths = np.zeros(len(seqs), np.int32)
+  for i, s in enumerate(seqs):
+    lengths[i] = min(len(s), prompt_tokens)
+    tokens[i, :lengths[i]] = s[:lengths[i]]
+  return tokens, lengths
+
+
+def continuations(target, tokens, lengths, sampling, max_decode_len: int, seed: int,
+                  batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+  """The target's continuations [N, max_decode_len] and their lengths."""
+  n = len(tokens)
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(np.arange(n))
+  out, out_lengths = [], []
+  for start in range(0, n, batch_size):
+    rows = np.minimum(np.arange(start, start + batch_size), n - 1)
+    result = lm.generate(target, tokens[rows], lengths[rows], keys[rows],
+                         max_decode_len=max_decode_len, eos_id=EOS_ID, sampling=sampling)
+    out.append(np.asarray(result.tokens))
+    out_lengths.append(np.asarray(result.generated))
+  return np.concatenate(out)[:n], np.concatenate(out_lengths)[:n]
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--target', default=str(data.DATA_DIR / 'models' / 'lm_target'))
+  parser.add_argument('--draft', default=str(data.DATA_DIR / 'models' / 'lm_draft'))
+  parser.add_argument('--n', type=int, default=200)
+  parser.add_argument('--prompt_tokens', type=int, default=3)
+  parser.add_argument('--max_decode_len', type=int, default=32)
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--out_dir')
+  args = parser.parse_args(argv)
+
+  target = lm.DecoderOnlyModel.load(args.target, lm.bundled_config('lm_target'), 'float32')
+  draft = lm.DecoderOnlyModel.load(args.draft, lm.bundled_config('lm_draft'), 'float32')
+  stream = np.concatenate(lm_training.sequences('train'))
+  q = {'draft': draft, **{name: lm.PromptTableDraft(drafts.TableDraft.estimate(
+      stream, data.VOCAB_SIZE, order)) for name, order in (('unigram', 1), ('bigram', 2))}}
+  tokens, lengths = prompts(args.n, args.prompt_tokens)
+  rows = []
+  for temperature in (0.0, 1.0):
+    sampling = sampling_lib.SamplingParams.create(temperature)
+    outputs, output_lengths = continuations(target, tokens, lengths, sampling,
+                                            args.max_decode_len, args.seed)
+    for name, model in q.items():
+      stats = acceptance.measure_lm_alpha(target, model, tokens, lengths, outputs,
+                                          output_lengths, sampling=sampling)
+      rows.append({'draft': name, 'temperature': temperature, **stats.row()})
+      print(f'T={temperature:g} {name:8s} alpha {stats.alpha:.3f} +- {stats.stderr:.3f} '
+            f'({stats.positions} tokens)', flush=True)
+  paper = dict(zip(('draft', 'unigram', 'bigram'), PAPER.values()))
+  lines = ['| draft | alpha T=0 | alpha T=1 | paper T=0 | paper T=1 |', '| --- | --- | --- | --- | --- |']
+  for name in q:
+    ours = [r for r in rows if r['draft'] == name]
+    lines.append(f'| {name} | ' + ' | '.join(f'{r["alpha"]:.3f} ± {r["stderr"]:.3f}' for r in ours)
+                 + f' | {paper[name][0]:.2f} | {paper[name][1]:.2f} |')
+  print('\n'.join(lines))
+  if args.out_dir:
+    out = pathlib.Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / 'alpha.json').write_text(json.dumps({'args': vars(args), 'rows': rows}, indent=1))
+    (out / 'table3_lm.md').write_text('\n'.join(lines) + '\n')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
