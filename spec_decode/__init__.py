@@ -4,7 +4,8 @@ The public surface; the layout and the reading path are in docs/architecture.md.
 
   engine       decoding, speculative, drafting, sampling, cache, loop_utils, beam_search,
                speculative_beam, theory: loops over step functions, no model code
-  models       models, drafts, sharding, text, t5/: parameters -> step functions, tokenizer
+  models       models, drafts, sharding, multihost, text, t5/: parameters -> step functions,
+               tokenizer; lm (decoder-only models over prompts), llama/ (Hugging Face Llama)
   checkpoints  T5X, orbax and Hugging Face checkpoints
   training     train, distill, whitebox, tasks, metrics
   cli          the spec-decode command line

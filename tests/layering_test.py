@@ -55,8 +55,8 @@ def test_the_engine_imports_no_model_checkpoint_cli_or_training_code():
   engine = [f'spec_decode.{name}' for name in ENGINE]
   assert set(engine) <= set(MODULES), sorted(set(engine) - set(MODULES))
   forbidden = ['spec_decode.' + name for name in (
-      'models', 'drafts', 'sharding', 'text', 't5', 'checkpoints', 'cli', 'training', 'harness',
-      'demo', 'data')]
+      'models', 'drafts', 'sharding', 'multihost', 'text', 't5', 'lm', 'llama', 'checkpoints',
+      'cli', 'training', 'harness', 'demo', 'data')]
   assert not offenders(lambda name: name not in engine, forbidden)
 
 

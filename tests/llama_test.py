@@ -1,0 +1,302 @@
+"""Tests for spec_decode.llama on random weights: the prompt cache, the loops, exactness, errors.
+
+The Hugging Face parity tests are in llama_hf_parity_test.py; these need no
+PyTorch. Checkpoint folders are written here from our own parameters.
+"""
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from spec_decode import cache as cache_lib
+from spec_decode import decoding
+from spec_decode import lm
+from spec_decode import sampling
+from spec_decode.checkpoints.hf import HF_FILE, HF_INDEX
+from spec_decode.checkpoints.param_trees import flatten
+from spec_decode.llama import LlamaConfig, LlamaModel, check_shared_vocabulary, generate
+from spec_decode.llama import hf
+from spec_decode.llama import speculative_generate
+from tests import stubs
+from tests import tolerances
+
+# Each statistical test rejects at this p-value (its false-positive rate).
+FALSE_POSITIVE_RATE = 1e-4
+SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_attention_heads=4)
+GQA = LlamaConfig(**SIZES, num_hidden_layers=2, num_key_value_heads=2, head_dim=16,
+                  eos_token_ids=(2,))
+MHA = LlamaConfig(**SIZES, num_hidden_layers=2, num_key_value_heads=4, head_dim=24,
+                  tie_word_embeddings=True, rope_theta=500000.0)
+DRAFT = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1, head_dim=16, eos_token_ids=(2,))
+PROMPTS = np.array([[5, 17, 99, 3, 42, 8, 61], [7, 0, 0, 0, 0, 0, 0], [9, 80, 4, 0, 0, 0, 0]])
+LENGTHS = np.array([7, 1, 3])
+
+
+def _model(config: LlamaConfig, seed: int, scale: float = 5.0) -> LlamaModel:
+  """Random weights `scale` times HF's initialisation: logits of order 1, few near-ties."""
+  model = LlamaModel.random(config, jax.random.key(seed))
+  return model.replace(params=jax.tree.map(lambda x: x * scale, model.params))
+
+
+def _noisy_copy(model: LlamaModel) -> LlamaModel:
+  """The model with noise on every weight: a draft that guesses some tokens right, some wrong."""
+  noise = _model(model.config, 1, scale=0.5).params
+  return model.replace(params=jax.tree.map(jnp.add, model.params, noise))
+
+
+def _save(model: LlamaModel, directory, shards: int = 1, **config_overrides) -> str:
+  """Writes `model` as a Hugging Face LlamaForCausalLM folder (sharded when shards > 1)."""
+  os.makedirs(directory, exist_ok=True)
+  cfg = model.config
+  names = hf.hf_names(cfg)
+  tensors = {names[n]: np.ascontiguousarray(np.asarray(x).T if n.endswith('/kernel') else x)
+             for n, x in flatten(model.params).items()}
+  groups = np.array_split(np.array(sorted(tensors)), shards)
+  weight_map = {}
+  for i, group in enumerate(groups):
+    file = HF_FILE if shards == 1 else f'model-{i + 1:05d}-of-{shards:05d}.safetensors'
+    safetensors.numpy.save_file({n: tensors[n] for n in group}, os.path.join(directory, file))
+    weight_map.update(dict.fromkeys(group.tolist(), file))
+  if shards > 1:
+    with open(os.path.join(directory, HF_INDEX), 'w') as f:
+      json.dump({'weight_map': weight_map}, f)
+  config = {'architectures': ['LlamaForCausalLM'], 'model_type': 'llama',
+            **{k: getattr(cfg, k) for k in ('vocab_size', 'hidden_size', 'intermediate_size',
+                                            'num_hidden_layers', 'num_attention_heads',
+                                            'num_key_value_heads', 'head_dim', 'rms_norm_eps',
+                                            'tie_word_embeddings')},
+            'rope_parameters': {'rope_type': 'default', 'rope_theta': cfg.rope_theta},
+            'eos_token_id': list(cfg.eos_token_ids), **config_overrides}
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  return str(directory)
+
+
+@jax.jit
+def _forward(model: LlamaModel, tokens: jax.Array) -> jax.Array:
+  """[B, L] tokens at positions 0..L-1 -> [B, L, V] logits (no cache)."""
+  return model.network.apply({'params': model.params}, tokens)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _logits_after(model, tokens, lengths, capacity, chunks):
+  """Logits of `tokens` fed after the prompts, in calls of the static sizes `chunks`."""
+  step_fn, cache = model.start(PROMPTS, capacity, lengths)
+  out, start = [], 0
+  for size in chunks:
+    logits, cache = step_fn(tokens[:, start:start + size], cache)
+    out.append(logits)
+    start += size
+  return jnp.concatenate(out, axis=1), cache.index
+
+
+@pytest.mark.parametrize('config', [GQA, MHA], ids=['gqa', 'mha_tied'])
+def test_multi_token_steps_equal_single_steps_and_the_full_sequence(config):
+  model = _model(config, 0)
+  tokens = jnp.asarray(np.random.default_rng(1).integers(0, 128, (3, 6)), jnp.int32)
+  single, index = _logits_after(model, tokens, LENGTHS, 8, (1,) * 6)
+  chunked, chunk_index = _logits_after(model, tokens, LENGTHS, 8, (4, 2))
+  np.testing.assert_array_equal(index, [6, 6, 6])
+  np.testing.assert_array_equal(chunk_index, [6, 6, 6])
+  tolerances.assert_close(chunked, single, ulps=64)
+  # Loop position 0 stands for the prompt's last token, whatever the loop feeds there;
+  # the rows are right-padded to one length (causal: the padding changes nothing before it).
+  sequences = np.zeros((3, PROMPTS.shape[1] + 5), np.int32)
+  for b, length in enumerate(LENGTHS):
+    sequences[b, :length + 5] = np.concatenate([PROMPTS[b, :length], tokens[b, 1:]])
+  full = _forward(model, sequences)
+  for b, length in enumerate(LENGTHS):
+    tolerances.assert_close(single[b], full[b, length - 1:length + 5], ulps=64, err_msg=f'row {b}')
+
+
+@jax.jit
+def _rewound_and_clean(model, tokens, garbage):
+  """Logits of `garbage` at loop position 1 after writing `tokens` and rewinding, and without.
+
+  Rewound, the entries of tokens[:, 3:] stay in the buffers, past the garbage.
+  """
+  step_fn, cache = model.start(PROMPTS, 8, LENGTHS)
+  _, written = step_fn(tokens, cache)
+  rewound, _ = step_fn(garbage, cache_lib.rewind(written, jnp.ones((3,), jnp.int32)))
+  _, clean = step_fn(tokens[:, :1], cache)
+  return rewound, step_fn(garbage, clean)[0]
+
+
+def test_rewound_entries_are_never_read():
+  rng = np.random.default_rng(2)
+  rewound, clean = _rewound_and_clean(_model(GQA, 0), rng.integers(0, 128, (3, 5)),
+                                      rng.integers(0, 128, (3, 2)))
+  tolerances.assert_close(rewound, clean, ulps=64)
+
+
+@pytest.mark.parametrize('gamma', [0, 3])
+def test_ragged_batch_rows_equal_their_batch_1_runs(gamma):
+  target = _model(GQA, 0)
+  draft = _noisy_copy(target)
+  run = functools.partial(speculative_generate, target, draft, gamma=gamma) if gamma else (
+      functools.partial(generate, target))
+  batch = run(PROMPTS, LENGTHS, jax.random.key(0), max_decode_len=10)
+  assert np.all(np.asarray(batch.generated) >= 1)
+  for b in range(len(PROMPTS)):
+    alone = run(PROMPTS[b:b + 1], LENGTHS[b:b + 1], jax.random.key(0), max_decode_len=10)
+    np.testing.assert_array_equal(batch.tokens[b], alone.tokens[0], err_msg=f'row {b}')
+  if gamma:  # speculative greedy is the baseline's greedy
+    baseline = generate(target, PROMPTS, LENGTHS, jax.random.key(0), max_decode_len=10)
+    np.testing.assert_array_equal(batch.tokens, baseline.tokens)
+    hist = np.asarray(batch.accept_histogram)
+    assert hist[0] > 0 and hist[1:].sum() > 0, hist  # rejections, and drafts kept
+
+
+def test_speculative_beam_search_over_prompt_caches_equals_beam_search():
+  """Beam search reorders cache rows (every leaf of the prompt cache) between steps."""
+  target = _model(GQA, 0)
+  draft = _noisy_copy(target)
+  beams = functools.partial(lm.beam_generate, target, PROMPTS, LENGTHS, beam_size=3,
+                            max_decode_len=8, eos_id=2)
+  plain, spec = beams(), beams(draft=draft, gamma=2)
+  np.testing.assert_array_equal(spec.tokens, plain.tokens)
+  np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5)
+
+
+TINY = LlamaConfig(vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+TINY_DRAFT = LlamaConfig(vocab_size=6, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=1, num_key_value_heads=1, head_dim=8)
+
+
+@functools.partial(jax.jit, static_argnums=(4,), compiler_options=stubs.OPTIMIZED)
+def _sample(target, draft, prompts, lengths, options, rng):
+  return lm.decode(target, draft, prompts, lengths, rng, options,
+                   sampling=sampling.SamplingParams.create(temperature=1.0))
+
+
+def _joint(model: LlamaModel, prompt: np.ndarray) -> np.ndarray:
+  """[V, V, V] probabilities of the first three tokens after `prompt` (exact)."""
+  vocab = model.vocab_size
+  pairs = np.stack(np.meshgrid(np.arange(vocab), np.arange(vocab), indexing='ij'), -1)
+  sequences = np.concatenate([np.broadcast_to(prompt, (vocab * vocab, len(prompt))),
+                              pairs.reshape(-1, 2)], axis=1)
+  logits = _forward(model, jnp.asarray(sequences, jnp.int32))
+  probs = np.asarray(jax.nn.softmax(logits[:, len(prompt) - 1:], axis=-1), np.float64)
+  probs = probs.reshape(vocab, vocab, 3, vocab)  # [t1, t2, position, token]
+  return probs[0, 0, 0][:, None, None] * probs[:, 0, 1][:, :, None] * probs[:, :, 2]
+
+
+@pytest.mark.parametrize('gamma', [0, 2])
+def test_sampled_sequences_follow_the_target(gamma):
+  """Joint law of the first three tokens after two ragged prompts == p's, by chi-square.
+
+  Two tests per case (one per prompt), each at FALSE_POSITIVE_RATE.
+  """
+  target, draft = _model(TINY, 3, scale=3.0), _model(TINY_DRAFT, 4, scale=3.0)
+  prompts, lengths = np.array([[3, 1, 4, 1], [5, 2, 0, 0]]), np.array([4, 2])
+  rows = 40_000
+  out = _sample(target, draft if gamma else None, np.repeat(prompts, rows, 0),
+                np.repeat(lengths, rows), decoding.LoopOptions(3, gamma, eos_id=-1),
+                jax.random.key(7))
+  tokens = np.asarray(out.tokens)
+  for i, (prompt, length) in enumerate(zip(prompts, lengths)):
+    joint = _joint(target, prompt[:length])
+    outcome = np.ravel_multi_index(tokens[i * rows:(i + 1) * rows].T, joint.shape)
+    counts = np.bincount(outcome, minlength=joint.size)
+    assert stubs.chi_square_pvalue(counts, joint.ravel()) > FALSE_POSITIVE_RATE, f'prompt {i}'
+  if gamma:  # drafts were rejected and swept: both the residual and the bonus paths ran
+    hist = np.asarray(out.accept_histogram)
+    assert hist[0] > 0 and hist[gamma] > 0, hist
+
+
+def test_checkpoint_folders_load_whole_and_sharded(tmp_path):
+  model = _model(GQA, 0)
+  for shards in (1, 3):
+    loaded = LlamaModel.load(_save(model, tmp_path / f'shards{shards}', shards))
+    assert loaded.config == GQA
+    for name, x in flatten(model.params).items():
+      np.testing.assert_array_equal(flatten(loaded.params)[name], x, err_msg=name)
+  as_bf16 = LlamaModel.load(str(tmp_path / 'shards1'), dtype='bfloat16')
+  assert {x.dtype for x in jax.tree.leaves(as_bf16.params)} == {jnp.dtype(jnp.bfloat16)}
+
+
+@pytest.mark.parametrize('overrides, match', [
+    ({'rope_scaling': {'rope_type': 'llama3', 'factor': 8.0}}, 'rope_scaling'),
+    ({'rope_parameters': {'rope_type': 'linear', 'factor': 2.0}}, 'rope_parameters'),
+    ({'attention_bias': True}, 'attention_bias'),
+    ({'mlp_bias': True}, 'mlp_bias'),
+    ({'hidden_act': 'gelu'}, 'hidden_act'),
+    ({'model_type': 'mistral'}, "model_type is 'mistral'"),
+    ({'architectures': ['LlamaForSequenceClassification']}, 'only LlamaForCausalLM'),
+    ({'hidden_size': None}, 'missing required key.*hidden_size'),
+    ({'num_key_value_heads': 3}, 'must divide'),
+])
+def test_configs_of_other_models_are_refused(tmp_path, overrides, match):
+  directory = _save(_model(GQA, 0), tmp_path, **overrides)
+  with pytest.raises(ValueError, match=match) as error:
+    LlamaConfig.from_hf(directory)
+  assert 'config.json' in str(error.value)
+
+
+def test_checkpoints_that_do_not_fit_name_every_bad_array(tmp_path):
+  directory = _save(_model(GQA, 0), tmp_path)
+  file = os.path.join(directory, HF_FILE)
+  tensors = safetensors.numpy.load_file(file)
+  tensors.pop('model.layers.1.mlp.up_proj.weight')
+  tensors['model.layers.0.self_attn.q_proj.bias'] = np.zeros(64, np.float32)
+  tensors['model.layers.0.self_attn.k_proj.weight'] = np.zeros((64, 64), np.float32)
+  safetensors.numpy.save_file(tensors, file)
+  with pytest.raises(ValueError, match=r'missing array model\.layers\.1\.mlp\.up_proj\.weight'
+                     r'(.|\n)*unexpected array model\.layers\.0\.self_attn\.q_proj\.bias'):
+    LlamaModel.load(directory)
+  tensors['model.layers.1.mlp.up_proj.weight'] = np.zeros((96, 64), np.float32)
+  del tensors['model.layers.0.self_attn.q_proj.bias']
+  safetensors.numpy.save_file(tensors, file)
+  with pytest.raises(ValueError, match=r'shape mismatch for model\.layers\.0\.self_attn\.k_proj'
+                     r'\.weight: found \(64, 64\), the config needs \(32, 64\)'):
+    LlamaModel.load(directory)
+  tensors['model.layers.0.self_attn.k_proj.weight'] = np.zeros((32, 64), np.int8)
+  safetensors.numpy.save_file(tensors, file)
+  with pytest.raises(ValueError, match='k_proj.weight has dtype int8'):
+    LlamaModel.load(directory)
+
+
+def test_target_and_draft_must_share_the_vocabulary(tmp_path):
+  target = _model(GQA, 0)
+  other = _model(LlamaConfig(**{**DRAFT.__dict__, 'vocab_size': 100}), 1)
+  with pytest.raises(ValueError, match='draft vocab_size 100 != target vocab_size 128'):
+    speculative_generate(target, other, PROMPTS, LENGTHS, 0, gamma=2, max_decode_len=4)
+  with pytest.raises(ValueError, match='draft vocab_size 100'):  # no override for the sizes
+    check_shared_vocabulary(target, other, allow_tokenizer_mismatch=True)
+
+  folders = [_save(m, tmp_path / name) for m, name in ((target, 't'), (_model(DRAFT, 1), 'd'))]
+  for folder, text in zip(folders, ('{"vocab": 1}', '{"vocab": 2}')):
+    with open(os.path.join(folder, 'tokenizer.json'), 'w') as f:
+      f.write(text)
+  target, draft = (LlamaModel.load(folder) for folder in folders)
+  assert target.tokenizer[0][0] == 'tokenizer.json' and target.tokenizer != draft.tokenizer
+  with pytest.raises(ValueError, match='different tokenizer.json.*allow_tokenizer_mismatch'):
+    speculative_generate(target, draft, PROMPTS, LENGTHS, 0, gamma=2, max_decode_len=4)
+  check_shared_vocabulary(target, draft, allow_tokenizer_mismatch=True)
+  check_shared_vocabulary(target, draft.replace(tokenizer=()))  # unknown: nothing to compare
+  check_shared_vocabulary(target, draft.replace(tokenizer=target.tokenizer))
+
+
+def test_bad_prompts_and_eos_settings_raise_clear_errors():
+  model = _model(GQA, 0)
+  run = functools.partial(generate, model, rng=0, max_decode_len=4)
+  with pytest.raises(ValueError, match=r'lengths must lie in 1\.\.P=7'):
+    run(PROMPTS, np.array([7, 0, 3]))
+  with pytest.raises(ValueError, match=r'lengths must be \[B=3\] integers'):
+    run(PROMPTS, np.array([7, 1]))
+  with pytest.raises(ValueError, match=r'prompt_tokens\[2, 1\] = 128 is outside'):
+    run(np.where(PROMPTS == 80, 128, PROMPTS), LENGTHS)
+  run(np.where(PROMPTS == 0, 999, PROMPTS), LENGTHS)  # ids past a row's length are ignored
+  with pytest.raises(ValueError, match=r'prompt_tokens must be integer token ids \[B, P\]'):
+    run(np.zeros((3, 0), np.int32), None)
+  several = model.replace(config=LlamaConfig(**{**GQA.__dict__, 'eos_token_ids': (2, 9)}))
+  with pytest.raises(ValueError, match=r'several EOS ids \(2, 9\).*pass eos_id'):
+    generate(several, PROMPTS, LENGTHS, 0, max_decode_len=4)
