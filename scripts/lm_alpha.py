@@ -26,37 +26,10 @@ from spec_decode import data
 from spec_decode import drafts
 from spec_decode import lm
 from spec_decode import sampling as sampling_lib
-from spec_decode.text import EOS_ID
 from spec_decode.training import lm as lm_training
 
 # Leviathan et al. 2023, Table 3: GPT-like (97M) target, LM1B.
 PAPER = {'draft (6M)': (0.88, 0.89), 'unigram': (0.03, 0.03), 'bigram': (0.05, 0.05)}
-
-
-def prompts(n: int, prompt_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-  """[n, prompt_tokens] int32 prompts (test sentences' first tokens) and their lengths."""
-  seqs = [s[:-1] for s in lm_training.sequences('test')][:n]  # EOS dropped
-  tokens = np.zeros((len(seqs), prompt_tokens), np.int32)
-  lengths = np.zeros(len(seqs), np.int32)
-  for i, s in enumerate(seqs):
-    lengths[i] = min(len(s), prompt_tokens)
-    tokens[i, :lengths[i]] = s[:lengths[i]]
-  return tokens, lengths
-
-
-def continuations(target, tokens, lengths, sampling, max_decode_len: int, seed: int,
-                  batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-  """The target's continuations [N, max_decode_len] and their lengths."""
-  n = len(tokens)
-  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(np.arange(n))
-  out, out_lengths = [], []
-  for start in range(0, n, batch_size):
-    rows = np.minimum(np.arange(start, start + batch_size), n - 1)
-    result = lm.generate(target, tokens[rows], lengths[rows], keys[rows],
-                         max_decode_len=max_decode_len, eos_id=EOS_ID, sampling=sampling)
-    out.append(np.asarray(result.tokens))
-    out_lengths.append(np.asarray(result.generated))
-  return np.concatenate(out)[:n], np.concatenate(out_lengths)[:n]
 
 
 def main(argv=None) -> int:
@@ -75,12 +48,13 @@ def main(argv=None) -> int:
   stream = np.concatenate(lm_training.sequences('train'))
   q = {'draft': draft, **{name: lm.PromptTableDraft(drafts.TableDraft.estimate(
       stream, data.VOCAB_SIZE, order)) for name, order in (('unigram', 1), ('bigram', 2))}}
-  tokens, lengths = prompts(args.n, args.prompt_tokens)
+  tokens, lengths = lm_training.prompts_from_test(args.n, args.prompt_tokens)
   rows = []
   for temperature in (0.0, 1.0):
     sampling = sampling_lib.SamplingParams.create(temperature)
-    outputs, output_lengths = continuations(target, tokens, lengths, sampling,
-                                            args.max_decode_len, args.seed)
+    outputs, output_lengths = acceptance.generate_lm_sequences(
+        target, tokens, lengths, sampling=sampling, max_decode_len=args.max_decode_len,
+        rng=jax.random.key(args.seed))
     for name, model in q.items():
       stats = acceptance.measure_lm_alpha(target, model, tokens, lengths, outputs,
                                           output_lengths, sampling=sampling)

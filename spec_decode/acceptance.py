@@ -21,6 +21,7 @@ import numpy as np
 import tqdm
 
 from spec_decode import drafts
+from spec_decode import lm
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import text
@@ -195,6 +196,26 @@ def lm_betas(target, draft, prompt_tokens: jax.Array, lengths: jax.Array, tokens
     return sampling_lib.adjust(step_fn(inputs, cache)[0], sampling)
 
   return jnp.sum(jnp.minimum(distribution(target), distribution(draft)), axis=-1)
+
+
+def generate_lm_sequences(target, prompt_tokens: np.ndarray, lengths: np.ndarray, *,
+                          sampling: sampling_lib.SamplingParams, max_decode_len: int,
+                          rng: jax.Array, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+  """A decoder-only target's continuations of prompts (prompt i sampled with fold_in(rng, i)).
+
+  Returns:
+    tokens [N, max_decode_len] int32 (EOS included, 0 after) and lengths [N].
+  """
+  n = len(prompt_tokens)
+  keys = jax.vmap(functools.partial(jax.random.fold_in, rng))(jnp.arange(n))
+  tokens, generated = [], []
+  for rows in _batches(n, batch_size):
+    out = lm.generate(target, jnp.asarray(prompt_tokens[rows]), jnp.asarray(lengths[rows]),
+                      keys[rows], max_decode_len=max_decode_len, eos_id=text.EOS_ID,
+                      sampling=sampling)
+    tokens.append(np.asarray(out.tokens))
+    generated.append(np.asarray(out.generated))
+  return np.concatenate(tokens)[:n], np.concatenate(generated)[:n]
 
 
 def measure_lm_alpha(target, draft, prompt_tokens: np.ndarray, lengths: np.ndarray,

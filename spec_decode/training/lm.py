@@ -200,3 +200,13 @@ def train(config: DecoderOnlyConfig, cfg: LMTrainConfig, output_dir: str,
              'distilled_from': None if teacher is None else dataclasses.asdict(teacher.config)}
   (out / 'summary.json').write_text(json.dumps(summary, indent=1))
   return summary
+
+
+def prompts_from_test(n: int, prompt_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+  """[n, prompt_tokens] int32 prompts, the first tokens of the test sentences, and their lengths."""
+  seqs = [s[:-1] for s in sequences('test')][:n]  # EOS dropped
+  tokens = np.zeros((len(seqs), prompt_tokens), np.int32)
+  lengths = np.asarray([min(len(s), prompt_tokens) for s in seqs], np.int32)
+  for i, s in enumerate(seqs):
+    tokens[i, :lengths[i]] = s[:lengths[i]]
+  return tokens, lengths
