@@ -197,3 +197,16 @@ def test_greedy_with_a_table_draft_equals_baseline():
   out = lm.speculative_generate(target, lm.PromptTableDraft(table), prompts, lengths, 0, gamma=3,
                                 **kwargs)
   np.testing.assert_array_equal(out.tokens, baseline.tokens)
+
+
+def test_gin_configs_of_the_bundled_language_models():
+  import gin  # pylint: disable=g-import-not-at-top
+  from spec_decode import data  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  gin.parse_config_file(str(data.repository_dir('gin') / 'models' / 'lm' / 'bundled.gin'))
+  fields = ('vocab_size', 'emb_dim', 'num_heads', 'num_layers', 'head_dim', 'mlp_dim')
+  for name in ('lm_target', 'lm_draft'):
+    configured = {f: gin.query_parameter(f'{name}/decoder_only.DecoderOnlyConfig.{f}')
+                  for f in fields}
+    assert configured == {f: getattr(lm.bundled_config(name), f) for f in fields}
+  gin.clear_config()
