@@ -16,12 +16,14 @@ import jax
 import numpy as np
 
 from spec_decode import checkpoints
+from spec_decode import lm
 from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sharding
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli.jsonl import Example
 from spec_decode.t5.config import T5Config
+from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
 # COORDINATOR_ADDRESS that lets JAX find the cluster itself (Cloud TPU pod slices, SLURM, ...).
 AUTO = 'auto'
@@ -82,12 +84,17 @@ def make_mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
   return mesh
 
 
-def load(name: str, config: T5Config | None, path: str | None,
+def load(name: str, config: T5Config | DecoderOnlyConfig | None, path: str | None,
          mesh: jax.sharding.Mesh | None) -> models.T5Model | None:
-  """The model from its checkpoint, in config.param_dtype, on the device (or mesh)."""
+  """The model from its checkpoint, in config.param_dtype, on the device (or mesh).
+
+  A DecoderOnlyConfig gives a decoder-only model (spec_decode.lm), on one device.
+  """
   if config is None:
     return None
   try:
+    if isinstance(config, DecoderOnlyConfig):
+      return lm.DecoderOnlyModel.load(path, config)
     if mesh is not None:
       rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
       return sharding.load_model(path, config, mesh, rules)

@@ -1,4 +1,4 @@
-r"""Decodes a text file with a T5 target model, sped up by a draft model if given.
+r"""Decodes a text file with a target model, sped up by a draft model if given.
 
 The command line is T5X's: gin files and `--gin.NAME=VALUE` bindings.
 
@@ -69,6 +69,7 @@ from spec_decode.cli import memory
 from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
+from spec_decode import lm
 from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
@@ -98,7 +99,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   all checked before any model is loaded.
 
   Args:
-    target_config: the target model M_p.
+    target_config: the target model M_p: a T5Config, or a DecoderOnlyConfig
+      (spec_decode.lm), whose inputs are prompts it continues (no EOS
+      appended; `output` is the continuation; one device).
     target_checkpoint: its T5X, Hugging Face or orbax checkpoint.
     vocabulary: a seqio.Vocabulary (encode, decode, vocab_size) shared by both
       models, e.g. seqio.SentencePieceVocabulary; the models' vocab_size is
@@ -209,7 +212,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
                            max_input_len=max_input_len, truncate=truncate_inputs,
                            output_fields=jsonl.OUTPUT_FIELDS + (
-                               jsonl.BEAM_FIELDS if decode == 'beam' else ()))
+                               jsonl.BEAM_FIELDS if decode == 'beam' else ()),
+                           eos=isinstance(target_config, T5Config))
   if not model_parallel:  # A mesh splits the buffers over its devices.
     rows = memory.cache_rows(batch_size=batch_size, decode=decode, beam_size=beam_size,
                              draft_width=draft_width, speculate=speculate)
@@ -299,14 +303,24 @@ def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Ar
             knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None], *,
             loop: decoding.LoopOptions, lenience: float,
             confidence_threshold: float | None) -> decoding.DecodeOutput:
-  """Baseline decoding without a draft, speculative decoding with one (knobs: p's, q's)."""
-  lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
+  """Baseline decoding without a draft, speculative decoding with one (knobs: p's, q's).
+
+  A decoder-only pair continues the inputs as prompts (their lengths: the
+  non-padding ids; the bundled vocabulary's 0 is only padding).
+  """
   sampling, draft_sampling = knobs
-  if draft is None:
-    return lib.decode(target, None, tokens, rng, loop, sampling=sampling)
-  return lib.decode(target, draft, tokens, rng, loop, sampling=sampling,
-                    draft_sampling=draft_sampling, lenience=lenience,
-                    confidence_threshold=confidence_threshold)
+  knobs = dict(sampling=sampling) if draft is None else dict(
+      sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
+      confidence_threshold=confidence_threshold)
+  if isinstance(target, lm.DecoderOnlyModel):
+    return lm.decode(target, draft, tokens, _prompt_lengths(tokens), rng, loop, **knobs)
+  lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
+  return lib.decode(target, draft, tokens, rng, loop, **knobs)
+
+
+def _prompt_lengths(tokens: jax.Array) -> jax.Array:
+  """[B] int32 prompt lengths of [B, P] 0-padded prompts."""
+  return jax.numpy.sum(tokens != 0, axis=1).astype(jax.numpy.int32)
 
 
 def _record(example: Example, result: decoding.DecodeOutput, b: int,
@@ -324,6 +338,9 @@ def _beam_decode(target: models.T5Model, draft: models.T5Model | None, tokens: j
                  rng: jax.Array, knobs: Any, **options: Any) -> beam_search.BeamOutput:
   """Beam search (speculative with a draft); rng and the sampling knobs are unused."""
   del rng, knobs
+  if isinstance(target, lm.DecoderOnlyModel):
+    return lm.beam_generate(target, tokens, _prompt_lengths(tokens), draft=draft, eos_id=EOS_ID,
+                            **options)
   return models.beam_generate(target, tokens, draft=draft, eos_id=EOS_ID, **options)
 
 

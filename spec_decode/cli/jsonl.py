@@ -48,8 +48,8 @@ class Example:
 
 
 def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_input_len: int,
-                  truncate: bool = False,
-                  output_fields: Sequence[str] = OUTPUT_FIELDS) -> list[Example]:
+                  truncate: bool = False, output_fields: Sequence[str] = OUTPUT_FIELDS,
+                  eos: bool = True) -> list[Example]:
   """Reads and encodes every line of a text or JSONL file.
 
   Lines end at LF, CRLF or a lone CR; a UTF-8 byte order mark at the start is
@@ -67,6 +67,8 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
       raising ConfigError.
     output_fields: the fields the records add (OUTPUT_FIELDS, plus
       BEAM_FIELDS with beam search).
+    eos: append EOS (an encoder input); False for a decoder-only model's
+      prompt, which its continuation follows.
 
   Returns:
     The examples in file order, at least one.
@@ -94,13 +96,13 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
       if clashes:
         raise ConfigError(f'{where}: the input field(s) {", ".join(map(repr, clashes))} would be '
                           'overwritten by the output field of that name: rename them')
-      tokens = list(vocabulary.encode(input_prefix + fields['inputs'])) + [EOS_ID]
+      tokens = list(vocabulary.encode(input_prefix + fields['inputs'])) + [EOS_ID] * eos
       if len(tokens) > max_input_len:
         if not truncate:
           raise ConfigError(
-              f'{where}: input of {len(tokens)} tokens (EOS included) > '
+              f'{where}: input of {len(tokens)} tokens{" (EOS included)" * eos} > '
               f'max_input_len={max_input_len}; raise MAX_INPUT_LEN or set TRUNCATE_INPUTS = True')
-        tokens = tokens[:max_input_len - 1] + [EOS_ID]
+        tokens = tokens[:max_input_len - eos] + [EOS_ID] * eos
       examples.append(Example(line_number, fields, tokens))
   if not examples:
     raise ConfigError(f'input file {name} is empty: it needs one input per line')

@@ -19,6 +19,7 @@ from spec_decode.checkpoints import param_trees
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import loop_utils
 from spec_decode.t5.config import T5Config
+from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
 GB = 10**9
 
@@ -31,14 +32,15 @@ def cache_rows(*, batch_size: int, decode: str, beam_size: int, draft_width: int
   return batch_size * beam_size * (draft_width if speculate else 1)
 
 
-def estimate(configs: dict[str, T5Config], *, rows: int, input_len: int, max_decode_len: int,
+def estimate(configs: dict[str, T5Config | DecoderOnlyConfig], *, rows: int, input_len: int, max_decode_len: int,
              gamma: int) -> dict[str, int]:
   """Bytes of the buffers a run holds, by kind.
 
   Args:
     configs: the models ('target', and 'draft' when speculative).
     rows: cache rows R (see `cache_rows`).
-    input_len: S, encoder positions (the longest input).
+    input_len: S, encoder positions (the longest input), or a decoder-only
+      model's prompt positions (then no encoder output).
     max_decode_len: most tokens generated per input.
     gamma: draft tokens per target call (0 without a draft).
 
@@ -56,7 +58,8 @@ def estimate(configs: dict[str, T5Config], *, rows: int, input_len: int, max_dec
     weights = sum(math.prod(shape) for shape in param_trees.expected_shapes(config).values())
     parts['parameters'] += weights * jnp.dtype(config.param_dtype).itemsize
     item = jnp.dtype(config.dtype).itemsize
-    parts['encoder outputs'] += rows * input_len * config.emb_dim * item
+    if isinstance(config, T5Config):  # a decoder-only model's prompt is in its KV cache
+      parts['encoder outputs'] += rows * input_len * config.emb_dim * item
     per_position = 2 * config.num_decoder_layers * rows * config.num_heads * config.head_dim * item
     parts['KV caches'] += per_position * (input_len + capacity)
   parts['tokens'] = rows * (max_decode_len + gamma + 2) * 4

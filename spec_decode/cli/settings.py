@@ -16,6 +16,7 @@ from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import T5Config
+from spec_decode.t5.decoder_only import DecoderOnlyConfig
 from spec_decode.text import EOS_ID
 
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
@@ -28,8 +29,9 @@ SEED_MAX = 2**32 - 1
 # What each setting of `infer` must be: gin passes whatever a binding says.
 _INTEGER, _NUMBER = 'an integer', 'a number'
 _SETTINGS = {
-    'target_config': (T5Config, 'a T5Config'), 'draft_config': ((T5Config, type(None)),
-                                                                 'a T5Config or None'),
+    'target_config': ((T5Config, DecoderOnlyConfig), 'a T5Config or a DecoderOnlyConfig'),
+    'draft_config': ((T5Config, DecoderOnlyConfig, type(None)),
+                     'a T5Config, a DecoderOnlyConfig or None'),
     'target_checkpoint': (str, 'a string'), 'draft_checkpoint': ((str, type(None)),
                                                                  'a string or None'),
     'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
@@ -85,6 +87,14 @@ def check_settings(settings: dict[str, Any]) -> None:
     if not low <= settings[name] <= high:
       raise ConfigError(f'{name} ({name.upper()} in gin) must be an integer in {low}..{high} '
                         f'({why}), got {settings[name]!r}')
+  draft_config = settings['draft_config']
+  if draft_config is not None and type(draft_config) is not type(settings['target_config']):
+    raise ConfigError(f'the target is a {type(settings["target_config"]).__name__} and the draft '
+                      f'a {type(draft_config).__name__}: both encoder-decoder (T5Config) or both '
+                      'decoder-only (DecoderOnlyConfig)')
+  if isinstance(settings['target_config'], DecoderOnlyConfig) and settings['model_parallel']:
+    raise ConfigError('model_parallel (MODEL_PARALLEL in gin): sharding over a mesh takes T5 '
+                      'models only; decode a decoder-only pair on one device (0)')
   limit = settings['memory_limit_gb']
   if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
     raise ConfigError(f'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be None (the '
