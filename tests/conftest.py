@@ -28,7 +28,8 @@ for _flag, _value in (('--xla_backend_optimization_level', '0'),
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}={_value}".strip()
 
 SLOWEST_FIRST = ('decoding_test.py', 'shapes_test.py', 'accelerator_distill_test.py',
-                 'drafts_test.py', 'sharding_test.py', 'multihost_test.py', 'infer_test.py',
+                 'drafts_test.py', 'sharding_test.py', 'multihost_test.py', 'llama_test.py',
+                 'decoder_only_test.py', 'infer_test.py', 'lm_training_test.py',
                  'notebooks_test.py', 'measure_test.py', 'block_verification_test.py',
                  'speculative_test.py', 'experiments_test.py', 'sampling_test.py',
                  'whitebox_test.py', 'pruned_head_script_test.py', 'train_test.py',
