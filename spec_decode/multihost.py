@@ -114,6 +114,7 @@ def initialize(cluster: Cluster | None = None, *, timeout_s: float = 300.0,
   Raises:
     TimeoutError: a process did not arrive (named) or process 0 did not answer.
     ValueError: processes that disagree on the process count, or one id twice.
+    OSError: process 0 cannot listen at the coordinator's port + 1.
   """
   cluster = cluster or Cluster.from_env()
   if cluster is None:
@@ -134,7 +135,12 @@ def initialize(cluster: Cluster | None = None, *, timeout_s: float = 300.0,
 def _gather_at_coordinator(cluster: Cluster, deadline: float, timeout_s: float) -> None:
   """Process 0: waits until every other process has said hello, then lets them go."""
   arrived: dict[int, socket.socket] = {}
-  with socket.create_server(('', cluster.port + 1), reuse_port=False) as server:
+  try:
+    server = socket.create_server(('', cluster.port + 1))
+  except OSError as e:
+    raise OSError(f'process 0 cannot listen at port {cluster.port + 1} (the coordinator\'s port '
+                  f'+ 1) for the other processes: {e}') from None
+  with server:
     try:
       while len(arrived) < cluster.num_processes - 1:
         server.settimeout(max(deadline - time.monotonic(), 0.001))

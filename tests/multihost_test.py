@@ -182,3 +182,10 @@ def test_cluster_from_the_environment():
     multihost.Cluster.from_env({k: v for k, v in env.items() if k != multihost.ENV_ID})
   with pytest.raises(ValueError, match='must be integers'):
     multihost.Cluster.from_env({**env, multihost.ENV_COUNT: 'four'})
+
+
+def test_a_busy_rendezvous_port_is_named():
+  port = free_port()
+  with socket.create_server(('', port + 1)):
+    with pytest.raises(OSError, match=f'process 0 cannot listen at port {port + 1}'):
+      multihost.initialize(multihost.Cluster(f'localhost:{port}', 2, 0), timeout_s=1)

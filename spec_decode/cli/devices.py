@@ -62,7 +62,7 @@ def join(settings: dict[str, Any]) -> None:
       raise ConfigError('a run over several processes needs a mesh: set MODEL_PARALLEL >= 1 '
                         '(include runs/sharded/mesh.gin)')
     multihost.initialize(cluster, **timeouts)
-  except (ValueError, TimeoutError) as e:
+  except (ValueError, TimeoutError, OSError) as e:
     raise ConfigError(f'joining the other processes: {e}') from None
 
 
