@@ -31,7 +31,7 @@ MODEL_SIZES = {
 # (emb_dim, num_heads, num_layers, head_dim, mlp_dim).
 LM_SIZES = {
     'lm_target': (256, 4, 3, 64, 768),
-    'lm_draft': (128, 2, 1, 64, 256),
+    'lm_draft': (128, 2, 2, 64, 512),
 }
 
 
