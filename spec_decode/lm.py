@@ -141,6 +141,19 @@ def bundled_config(name: str, dtype: str = 'float32') -> DecoderOnlyConfig:
                            **dict(zip(fields, data.LM_SIZES[name])))
 
 
+def load_bundled(name: str, dtype: str = 'float32') -> DecoderOnlyModel:
+  """A bundled language model ('lm_target' or 'lm_draft', spec_decode/data/models/).
+
+  Raises:
+    ValueError: an unknown name, or the bundled vocabulary is not the one the
+      model records (`checkpoints.check_vocabulary`).
+  """
+  config = bundled_config(name, dtype)
+  path = str(data.DATA_DIR / 'models' / name)
+  checkpoints.check_vocabulary(path, data.VOCAB_PATH)
+  return DecoderOnlyModel.load(path, config)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _init_params(config: DecoderOnlyConfig, rng: jax.Array) -> Any:
   return DecoderOnlyTransformer(config).init(rng, jnp.ones((1, 1), jnp.int32))['params']

@@ -210,3 +210,17 @@ def test_gin_configs_of_the_bundled_language_models():
                   for f in fields}
     assert configured == {f: getattr(lm.bundled_config(name), f) for f in fields}
   gin.clear_config()
+
+
+def test_the_quickstart_of_docs_runs_as_written(tmp_path):
+  import pathlib, re, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-import
+  page = (pathlib.Path(__file__).resolve().parent.parent / 'docs' / 'decoder_only.md').read_text()
+  section = page.split('\n## Quickstart: the bundled pair\n', 1)[1].split('\n## ', 1)[0]
+  [code] = re.findall(r'```python\n(.*?)```', section, re.S)
+  done = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  lines = done.stdout.strip().splitlines()
+  assert [line.split(' -> ')[0] for line in lines[:3]] == ['A man in a', 'Two dogs',
+                                                           'This package provides']
+  assert re.fullmatch(r'\d+\.\d\d tokens per target call', lines[-1]), done.stdout
