@@ -63,9 +63,16 @@ def test_beam_search_and_sampling_run(files):
   assert len(sampled) == 3
 
 
-def test_a_mixed_pair_and_a_mesh_are_refused(files):
+def test_a_mixed_pair_is_refused(files):
   with pytest.raises(ConfigError, match='both encoder-decoder .* or both decoder-only'):
     run(files, 'mixed', draft_config=t5_1_1('nano', vocab_size=data.VOCAB_SIZE),
         draft_checkpoint=str(files / 'draft'))
-  with pytest.raises(ConfigError, match='sharding over a mesh takes T5 models only'):
-    run(files, 'mesh', model_parallel=1)
+
+
+def test_over_a_mesh_as_on_one_device(files):
+  """MODEL_PARALLEL goes through spec_decode.lm_sharding (a 1 x 1 mesh here; tests/multihost_test
+  decodes a decoder-only pair over 8 devices and 2 processes)."""
+  kwargs = dict(draft_config=DRAFT, draft_checkpoint=str(files / 'draft'), temperature=1.0)
+  one = run(files, 'one_device', **kwargs)
+  mesh = run(files, 'mesh', model_parallel=1, **kwargs)
+  assert [r['output_ids'] for r in mesh] == [r['output_ids'] for r in one]

@@ -79,9 +79,12 @@ def test_two_processes_decode_as_one(workdir):
     assert status == 0, err[-3000:]
   one = json.loads((workdir / 'decoded_1.json').read_text())
   two = json.loads((workdir / 'decoded_2.json').read_text())
-  assert sorted(one) == ['baseline_greedy', 'baseline_sampled', 'speculative_beam',
-                         'speculative_greedy', 'speculative_sampled']
-  assert {name: two[name] == one[name] for name in one} == {name: True for name in one}
+  assert sorted(two) == ['baseline_greedy', 'baseline_sampled', 'lm_speculative_greedy',
+                         'lm_speculative_sampled', 'speculative_beam', 'speculative_greedy',
+                         'speculative_sampled']
+  assert {name: two[name] == one[name] for name in two} == {name: True for name in two}
+  for name in ('greedy', 'sampled'):  # the decoder-only pair over the mesh == on one device
+    assert one[f'lm_speculative_{name}'] == one[f'lm_one_device_{name}']
   assert one['speculative_greedy'] == one['baseline_greedy']  # the runs are not trivial
   assert one['speculative_sampled'] != one['baseline_greedy']
 

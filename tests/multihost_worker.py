@@ -9,7 +9,8 @@ and those of the command line's test (runs/sharded/tiny_cpu.gin's sizes).
 Every run loads them onto their shards (each host reading its slices),
 decodes over a (1, 8) mesh, the target split across the hosts:
 speculatively, autoregressively and by speculative beam search, greedily and
-by sampling; process 0 writes the gathered tokens to
+by sampling, and a decoder-only pair (spec_decode.lm_sharding) behind ragged
+prompts; process 0 writes the gathered tokens to
 WORKDIR/decoded_<NUM_PROCESSES>.json. MODE 'die' makes process 1 exit once
 every process has joined, while the others go on decoding.
 """
@@ -29,15 +30,23 @@ import jax
 import numpy as np
 
 from spec_decode import checkpoints
+from spec_decode import decoding
+from spec_decode import lm
+from spec_decode import lm_sharding
 from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
 from spec_decode.t5.config import T5Config, t5_1_1
+from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
 TARGET = T5Config(vocab_size=256, emb_dim=40, num_heads=8, num_encoder_layers=1,
                   num_decoder_layers=2, head_dim=8, mlp_dim=96)
 DRAFT = t5_1_1('nano', vocab_size=256)
+LM_TARGET = DecoderOnlyConfig(vocab_size=256, emb_dim=40, num_heads=8, num_layers=2, head_dim=8,
+                              mlp_dim=96)
+LM_DRAFT = DecoderOnlyConfig(vocab_size=256, emb_dim=16, num_heads=2, num_layers=1, head_dim=8,
+                             mlp_dim=32)
 BATCH, INPUT_LEN, MAX_DECODE_LEN, GAMMA = 8, 12, 16, 3
 KNOBS = {'greedy': sampling_lib.SamplingParams.create,
          'sampled': lambda: sampling_lib.SamplingParams.create(temperature=1.0)}
@@ -69,6 +78,29 @@ def _decode(mesh: jax.sharding.Mesh, workdir: pathlib.Path) -> dict:
   out = models.beam_generate(target, tokens, beam_size=2, max_decode_len=MAX_DECODE_LEN,
                              draft=draft, gamma=GAMMA, draft_width=2)
   outputs['speculative_beam'] = multihost.gather(out.tokens).tolist()
+  return {**outputs, **_decode_lm(mesh, workdir, rows, keys)}
+
+
+def _decode_lm(mesh: jax.sharding.Mesh, workdir: pathlib.Path, rows, keys) -> dict:
+  """A decoder-only pair over the mesh behind ragged prompts (and on one device, alone)."""
+  prompts = _inputs()[:, :6]
+  lengths = np.asarray([6, 1, 3, 0, 5, 2, 6, 4], np.int32)
+  target = lm_sharding.load_model(str(workdir / 'lm_target'), LM_TARGET, mesh,
+                                  sharding.STANDARD_RULES)
+  draft = lm_sharding.load_model(str(workdir / 'lm_draft'), LM_DRAFT, mesh,
+                                 sharding.DATA_PARALLEL_RULES)
+  options = decoding.LoopOptions(MAX_DECODE_LEN, GAMMA, eos_id=1)
+  outputs = {}
+  for name, knobs in KNOBS.items():
+    out = lm_sharding.decode(target, draft, rows(prompts), rows(lengths), keys, options,
+                             sampling=knobs())
+    outputs[f'lm_speculative_{name}'] = multihost.gather(out.tokens).tolist()
+    if COUNT == 1:  # the reference's own reference: one device, no mesh
+      one = jax.jit(lm.decode, static_argnums=5)(
+          lm.DecoderOnlyModel.load(str(workdir / 'lm_target'), LM_TARGET),
+          lm.DecoderOnlyModel.load(str(workdir / 'lm_draft'), LM_DRAFT), prompts, lengths,
+          multihost.gather(keys), options, sampling=knobs())
+      outputs[f'lm_one_device_{name}'] = np.asarray(one.tokens).tolist()
   return outputs
 
 
@@ -83,6 +115,9 @@ def main() -> None:
                                ('nano', t5_1_1('nano', vocab_size=8192), 3)):
       checkpoints.write_t5x(str(workdir / name),
                             models.T5Model.random(config, jax.random.key(seed)).params)
+    for name, config, seed in (('lm_target', LM_TARGET, 4), ('lm_draft', LM_DRAFT, 5)):
+      checkpoints.write_t5x(str(workdir / name),
+                            lm.DecoderOnlyModel.random(config, jax.random.key(seed)).params)
   assert jax.device_count() == 8, jax.devices()
   if MODE == 'die' and INDEX == 1:
     os._exit(9)  # pylint: disable=protected-access

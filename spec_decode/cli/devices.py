@@ -17,6 +17,7 @@ import numpy as np
 
 from spec_decode import checkpoints
 from spec_decode import lm
+from spec_decode import lm_sharding
 from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sharding
@@ -88,15 +89,18 @@ def load(name: str, config: T5Config | DecoderOnlyConfig | None, path: str | Non
          mesh: jax.sharding.Mesh | None) -> models.T5Model | None:
   """The model from its checkpoint, in config.param_dtype, on the device (or mesh).
 
-  A DecoderOnlyConfig gives a decoder-only model (spec_decode.lm), on one device.
+  A DecoderOnlyConfig gives a decoder-only model (spec_decode.lm, over a mesh
+  spec_decode.lm_sharding).
   """
   if config is None:
     return None
   try:
+    rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
     if isinstance(config, DecoderOnlyConfig):
+      if mesh is not None:
+        return lm_sharding.load_model(path, config, mesh, rules)
       return lm.DecoderOnlyModel.load(path, config)
     if mesh is not None:
-      rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
       return sharding.load_model(path, config, mesh, rules)
     params = checkpoints.load_params(path, config)
   except ValueError as e:  # Arrays that do not fit the config.

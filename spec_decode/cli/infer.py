@@ -70,6 +70,7 @@ from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
 from spec_decode import lm
+from spec_decode import lm_sharding
 from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
@@ -101,7 +102,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   Args:
     target_config: the target model M_p: a T5Config, or a DecoderOnlyConfig
       (spec_decode.lm), whose inputs are prompts it continues (no EOS
-      appended; `output` is the continuation; one device).
+      appended; `output` is the continuation).
     target_checkpoint: its T5X, Hugging Face or orbax checkpoint.
     vocabulary: a seqio.Vocabulary (encode, decode, vocab_size) shared by both
       models, e.g. seqio.SentencePieceVocabulary; the models' vocab_size is
@@ -312,6 +313,8 @@ def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Ar
   knobs = dict(sampling=sampling) if draft is None else dict(
       sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
       confidence_threshold=confidence_threshold)
+  if isinstance(target, lm_sharding.ShardedDecoderOnlyModel):
+    return lm_sharding.decode(target, draft, tokens, _prompt_lengths(tokens), rng, loop, **knobs)
   if isinstance(target, lm.DecoderOnlyModel):
     return lm.decode(target, draft, tokens, _prompt_lengths(tokens), rng, loop, **knobs)
   lib = sharding if isinstance(target, sharding.ShardedT5Model) else models

@@ -92,9 +92,6 @@ def check_settings(settings: dict[str, Any]) -> None:
     raise ConfigError(f'the target is a {type(settings["target_config"]).__name__} and the draft '
                       f'a {type(draft_config).__name__}: both encoder-decoder (T5Config) or both '
                       'decoder-only (DecoderOnlyConfig)')
-  if isinstance(settings['target_config'], DecoderOnlyConfig) and settings['model_parallel']:
-    raise ConfigError('model_parallel (MODEL_PARALLEL in gin): sharding over a mesh takes T5 '
-                      'models only; decode a decoder-only pair on one device (0)')
   limit = settings['memory_limit_gb']
   if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
     raise ConfigError(f'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be None (the '
