@@ -29,6 +29,7 @@ ELSEWHERE = {
 SMALL = {
     'scripts/theory.py': [],
     'scripts/measure_alpha.py': ['--n', '2', '--max_decode_len', '8', '--temperatures', '0'],
+    'scripts/lm_alpha.py': ['--n', '2', '--max_decode_len', '4'],
     'scripts/lenience.py': ['--n', '1', '--lenience', '1', '0.5', '--max_decode_len', '8',
                             '--repeats', '1'],
     'scripts/shape_walltime.py': ['--target', 'nano', '--draft', 'nano', '--vocab_size', '256',
