@@ -9,7 +9,7 @@ paths only. PyTorch Linear weights are [out, in], our kernels [in, out].
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import jax.numpy as jnp
 import numpy as np
@@ -178,19 +178,38 @@ def read_hf(path: str, dtype=None) -> Params:
                          [f'missing array {n} (our {ours[n]})' for n in missing]
                          + [f'unexpected array {n}' for n in unexpected]))
   flat = {}
-  for file in sorted(set(files.values())):
+  for hf, x in read_tensors(files, ours, 'T5'):
+    name = ours[hf]
+    flat[name] = np.ascontiguousarray(cast(x.T if _hf_transposed(name) else x, dtype))
+  return unflatten(flat)
+
+
+def read_tensors(files: dict[str, str], names: Iterable[str],
+                 family: str) -> Iterator[tuple[str, np.ndarray]]:
+  """(name, array) of each named tensor, one safetensors file open at a time.
+
+  Args:
+    files: tensor name -> the file that holds it (`_hf_files`).
+    names: the tensors to read, a subset of `files`.
+    family: the models' name, for the messages ('T5', 'Llama').
+
+  Raises:
+    ValueError: a tensor missing from the file the index puts it in, or one
+      that is not floating point (a cast would decode garbage).
+  """
+  names = set(names)
+  for file in sorted({files[n] for n in names}):
     with _safe_open(file) as f:
       in_file = set(f.keys())
-      for hf in sorted(n for n in ours if files[n] == file):
+      for hf in sorted(n for n in names if files[n] == file):
         if hf not in in_file:
           raise ValueError(f'missing array {hf}: the index puts it in {file}, which lacks it')
         x = f.get_tensor(hf)
         if not jnp.issubdtype(x.dtype, jnp.floating):
-          raise ValueError(f'{file}: tensor {hf} has dtype {x.dtype}: T5 weights are floating '
-                           'point (float32, bfloat16 or float16), a cast would decode garbage')
-        name = ours[hf]
-        flat[name] = np.ascontiguousarray(cast(x.T if _hf_transposed(name) else x, dtype))
-  return unflatten(flat)
+          raise ValueError(f'{file}: tensor {hf} has dtype {x.dtype}: {family} weights are '
+                           'floating point (float32, bfloat16 or float16), a cast would decode '
+                           'garbage')
+        yield hf, x
 
 
 def check_hf_json(path: str, config: T5Config) -> None:

@@ -8,7 +8,6 @@ against a LlamaConfig. PyTorch Linear weights are [out, in], our kernels
 """
 
 import functools
-import hashlib
 import os
 import re
 
@@ -16,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode.checkpoints.hf import _hf_files, _safe_open
+from spec_decode import text
+from spec_decode.checkpoints.hf import _hf_files, read_tensors
 from spec_decode.checkpoints.param_trees import Params, cast, flatten, unflatten
 from spec_decode.llama.config import LlamaConfig
 from spec_decode.llama.network import LlamaNetwork
@@ -87,23 +87,13 @@ def read_hf(path: str, config: LlamaConfig) -> Params:
                          + [f'unexpected array {n}' for n in unexpected]))
   expected = expected_shapes(config)
   flat, problems = {}, []
-  for file in sorted({files[n] for n in ours}):
-    with _safe_open(file) as f:
-      in_file = set(f.keys())
-      for hf in sorted(n for n in ours if files[n] == file):
-        if hf not in in_file:
-          raise ValueError(f'missing array {hf}: the index puts it in {file}, which lacks it')
-        x = f.get_tensor(hf)
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-          raise ValueError(f'{file}: tensor {hf} has dtype {x.dtype}: Llama weights are floating '
-                           'point (float32, bfloat16 or float16), a cast would decode garbage')
-        name, kernel = ours[hf], ours[hf].endswith('/kernel')
-        if (x.T if kernel else x).shape != expected[name]:
-          needed = expected[name][::-1] if kernel else expected[name]
-          problems.append(f'shape mismatch for {hf}: found {x.shape}, the config needs {needed}')
-          continue
-        x = x.T if kernel else x
-        flat[name] = np.ascontiguousarray(cast(x, config.dtype))
+  for hf, x in read_tensors(files, ours, 'Llama'):
+    name, kernel = ours[hf], ours[hf].endswith('/kernel')
+    if (x.T if kernel else x).shape != expected[name]:
+      needed = expected[name][::-1] if kernel else expected[name]
+      problems.append(f'shape mismatch for {hf}: found {x.shape}, the config needs {needed}')
+      continue
+    flat[name] = np.ascontiguousarray(cast(x.T if kernel else x, config.dtype))
   if problems:
     raise ValueError(f'{path} does not fit the config:\n  ' + '\n  '.join(problems))
   return unflatten(flat)
@@ -112,13 +102,5 @@ def read_hf(path: str, config: LlamaConfig) -> Params:
 def tokenizer_fingerprint(path: str) -> tuple[tuple[str, str], ...]:
   """((file, sha256 hex), ...) of the TOKENIZER_FILES in a checkpoint folder (or a file's)."""
   directory = path if os.path.isdir(path) else os.path.dirname(path)
-  found = []
-  for name in TOKENIZER_FILES:
-    file = os.path.join(directory, name)
-    if os.path.isfile(file):
-      digest = hashlib.sha256()
-      with open(file, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-          digest.update(block)
-      found.append((name, digest.hexdigest()))
-  return tuple(found)
+  files = [(name, os.path.join(directory, name)) for name in TOKENIZER_FILES]
+  return tuple((name, text.fingerprint(file)) for name, file in files if os.path.isfile(file))
