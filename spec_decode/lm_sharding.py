@@ -20,7 +20,6 @@ import flax.struct
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode import lm
@@ -48,15 +47,8 @@ class ShardedDecoderOnlyModel(lm.DecoderOnlyModel):
 
   def start(self, prompt_tokens: jax.Array, capacity: int, lengths: jax.Array | None = None):
     """DecoderOnlyModel.start, with the cache held to its shardings by every step."""
-    step_fn, cache = super().start(prompt_tokens, capacity, lengths)
-    constrain = lambda c: jax.lax.with_sharding_constraint(
-        c, sharding.cache_shardings(c, self.mesh, self.rules))
-
-    def sharded_step_fn(tokens: jax.Array, cache: cache_lib.Cache):
-      logits, cache = step_fn(tokens, cache)
-      return logits, constrain(cache)
-
-    return sharded_step_fn, constrain(cache)
+    return sharding.constrained(*super().start(prompt_tokens, capacity, lengths), self.mesh,
+                                self.rules)
 
 
 def shard_model(model: lm.DecoderOnlyModel, mesh: Mesh,
@@ -102,21 +94,13 @@ def decode(target: ShardedDecoderOnlyModel, draft: ShardedDecoderOnlyModel | Non
   mesh, rules = target.mesh, target.rules
   replicated = NamedSharding(mesh, PartitionSpec())
   rows = lambda x, what: sharding.batch_sharding(mesh, rules, jax.numpy.shape(x), what)
-  one_key = (rng.ndim == 0 if jax.numpy.issubdtype(rng.dtype, jax.dtypes.prng_key)
-             else rng.ndim == 1)
   in_shardings = (target.shardings(), None if draft is None else draft.shardings(),
                   rows(prompt_tokens, 'prompt_tokens'), rows(lengths, 'lengths'),
-                  replicated if one_key else rows(rng, 'rng'), replicated, replicated,
-                  replicated, None if confidence_threshold is None else replicated)
-  batch = jax.numpy.shape(prompt_tokens)[0]
-  row = sharding.batch_sharding(mesh, rules, (batch,))
-  out_shardings = decoding.DecodeOutput(
-      tokens=sharding.batch_sharding(mesh, rules, (batch, options.max_decode_len)), lengths=row,
-      generated=row, target_calls=row, draft_calls=row, accept_histogram=replicated,
-      loop_target_calls=replicated, loop_draft_calls=replicated,
-      nonfinite=row if options.check_finite else None, draft_histogram=replicated)
+                  sharding.row_sharding(mesh, rules, rng), replicated, replicated, replicated,
+                  None if confidence_threshold is None else replicated)
   jitted = jax.jit(_decode, static_argnums=0, in_shardings=in_shardings,
-                   out_shardings=out_shardings)
+                   out_shardings=sharding.output_shardings(
+                       target, jax.numpy.shape(prompt_tokens)[0], options))
   return jitted(options, target, draft, prompt_tokens, lengths, rng, sampling, draft_sampling,
                 lenience, confidence_threshold)
 

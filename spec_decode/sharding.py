@@ -186,15 +186,19 @@ class ShardedT5Model(models.T5Model):
   def start(self, encoder_input_tokens: jax.Array,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
     """T5Model.start, with the cache held to its shardings by every step."""
-    step_fn, cache = super().start(encoder_input_tokens, capacity)
-    constrain = lambda c: jax.lax.with_sharding_constraint(
-        c, cache_shardings(c, self.mesh, self.rules))
+    return constrained(*super().start(encoder_input_tokens, capacity), self.mesh, self.rules)
 
-    def sharded_step_fn(tokens: jax.Array, cache: cache_lib.Cache):
-      logits, cache = step_fn(tokens, cache)
-      return logits, constrain(cache)
 
-    return sharded_step_fn, constrain(cache)
+def constrained(step_fn: decoding.StepFn, cache: cache_lib.Cache, mesh: Mesh,
+                rules: Rules) -> tuple[decoding.StepFn, cache_lib.Cache]:
+  """A step function and its cache, the cache held to its shardings (`cache_shardings`)."""
+  constrain = lambda c: jax.lax.with_sharding_constraint(c, cache_shardings(c, mesh, rules))
+
+  def sharded_step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+    logits, cache = step_fn(tokens, cache)
+    return logits, constrain(cache)
+
+  return sharded_step_fn, constrain(cache)
 
 
 def shard_model(model: models.T5Model, mesh: Mesh, rules: Rules) -> ShardedT5Model:
@@ -249,7 +253,7 @@ def per_device_param_bytes(config: T5Config, mesh_shape: Mapping[str, int],
       shard_bytes, _abstract_params(config))))
 
 
-def _row_sharding(mesh: Mesh, rules: Rules, rng: jax.Array) -> NamedSharding:
+def row_sharding(mesh: Mesh, rules: Rules, rng: jax.Array) -> NamedSharding:
   """One PRNG key is replicated; [B] keys (or [B, 2] raw key data) split by row."""
   one_key_ndim = 0 if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) else 1
   if rng.ndim == one_key_ndim:
@@ -261,12 +265,18 @@ def _input_shardings(model: ShardedT5Model, encoder_input_tokens, rng) -> tuple:
   """in_shardings of (encoder_input_tokens, rng, sampling, prompt): knobs replicated."""
   mesh, rules = model.mesh, model.rules
   rows = batch_sharding(mesh, rules, jnp.shape(encoder_input_tokens), 'encoder_input_tokens')
-  return rows, _row_sharding(mesh, rules, rng), NamedSharding(mesh, PartitionSpec()), rows
+  return rows, row_sharding(mesh, rules, rng), NamedSharding(mesh, PartitionSpec()), rows
 
 
-def _output_shardings(model: ShardedT5Model, batch: int,
-                      options: decoding.LoopOptions) -> decoding.DecodeOutput:
-  """out_shardings: per-row fields split, loop totals replicated."""
+def output_shardings(model: Any, batch: int,
+                     options: decoding.LoopOptions) -> decoding.DecodeOutput:
+  """out_shardings of a DecodeOutput: per-row fields split, loop totals replicated.
+
+  Args:
+    model: a sharded model (its `mesh` and `rules`).
+    batch: B.
+    options: the loop's static options.
+  """
   rows = batch_sharding(model.mesh, model.rules, (batch,))
   replicated = NamedSharding(model.mesh, PartitionSpec())
   return decoding.DecodeOutput(
@@ -356,7 +366,7 @@ def decode(target: ShardedT5Model, draft: ShardedT5Model | None, encoder_input_t
                   *_input_shardings(target, encoder_input_tokens, rng), replicated, replicated,
                   None if confidence_threshold is None else replicated)
   jitted = jax.jit(_decode, static_argnums=0, in_shardings=in_shardings,
-                   out_shardings=_output_shardings(target, jnp.shape(encoder_input_tokens)[0],
+                   out_shardings=output_shardings(target, jnp.shape(encoder_input_tokens)[0],
                                                    options))
   return jitted(options, target, draft, encoder_input_tokens, rng, sampling, prompt,
                 draft_sampling, lenience, confidence_threshold)
