@@ -76,37 +76,6 @@ class DecoderOnlyConfig:
     return self.num_layers
 
 
-class DecoderOnlyLayer(nn.Module):
-  """Pre-norm causal self-attention and MLP blocks with residuals."""
-
-  config: T5Config
-
-  def setup(self):
-    cfg = self.config
-    self.pre_self_attention_layer_norm = network.norm(cfg)
-    self.self_attention = network.attention(cfg)
-    self.pre_mlp_layer_norm = network.norm(cfg)
-    self.mlp = network.mlp(cfg)
-    self.dropout = network.dropout(cfg)
-
-  def __call__(self, inputs: jax.Array, bias: jax.Array, buffers: KeyValue | None,
-               index: jax.Array | None, deterministic: bool) -> tuple[jax.Array, KeyValue]:
-    """[B, K, E], bias [B, H, K, T] -> [B, K, E] and the layer's keys/values.
-
-    With `buffers` ([B, H, T, Dh]) the K new keys/values are written at `index`
-    ([B]) and attended over with the rest; without, over the K inputs alone.
-    """
-    x = self.pre_self_attention_layer_norm(inputs)
-    key, value = self.self_attention.project_kv(x)
-    if buffers is not None:
-      key = cache_lib.write(buffers.key, key, index, axis=1)
-      value = cache_lib.write(buffers.value, value, index, axis=1)
-    x = inputs + self.dropout(self.self_attention(x, key, value, bias, deterministic),
-                              deterministic=deterministic)
-    y = self.mlp(self.pre_mlp_layer_norm(x), deterministic)
-    return x + self.dropout(y, deterministic=deterministic), KeyValue(key, value)
-
-
 class DecoderStack(nn.Module):
   """Tokens -> float32 logits; T5X's `decoder/` scope."""
 
@@ -118,7 +87,8 @@ class DecoderStack(nn.Module):
         cfg.vocab_size, cfg.emb_dim, embedding_init=nn.initializers.normal(stddev=1.0),
         dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
     self.relpos_bias = network.relpos_bias(cfg, bidirectional=False)
-    self.layers = [DecoderOnlyLayer(cfg) for _ in range(cfg.num_decoder_layers)]
+    self.layers = [network.DecoderLayer(cfg, cross_attention=False)
+                   for _ in range(cfg.num_decoder_layers)]
     self.decoder_norm = network.norm(cfg)
     self.logits_dense = nn.Dense(
         cfg.vocab_size, use_bias=False, dtype=jnp.float32, param_dtype=cfg.weight_dtype,
@@ -140,18 +110,12 @@ class DecoderStack(nn.Module):
     Returns:
       [B, K, V] float32 logits and the updated buffers (None without).
     """
-    steps = jnp.arange(tokens.shape[1])
-    if buffers is None:
-      query_positions, key_positions = steps[None], steps  # [1, K], [K]
-    else:
-      query_positions = index[:, None] + steps  # [B, K]
-      key_positions = jnp.arange(buffers[0].key.shape[2])  # [T]
-    causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [B, K, T]
-    bias = self.relpos_bias(query_positions, key_positions) + layers.mask_bias(causal)[:, None]
+    bias = network.causal_bias(self.relpos_bias, tokens.shape[1], buffers, index)
     y = self.dropout(self.token_embedder(tokens), deterministic=deterministic)
     new_buffers = []
     for i, layer in enumerate(self.layers):
-      y, kv = layer(y, bias, None if buffers is None else buffers[i], index, deterministic)
+      y, kv = layer(y, bias, None, None, None if buffers is None else buffers[i], index,
+                    deterministic)
       new_buffers.append(kv)
     y = self.dropout(self.decoder_norm(y), deterministic=deterministic)
     return self.logits_dense(y), None if buffers is None else tuple(new_buffers)

@@ -145,16 +145,24 @@ class Encoder(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Pre-norm causal self-attention, cross-attention and MLP blocks."""
+  """Pre-norm causal self-attention, cross-attention and MLP blocks.
+
+  Attributes:
+    config: the sizes.
+    cross_attention: False leaves the cross-attention block out (T5X's
+      decoder-only layer, spec_decode.t5.decoder_only).
+  """
 
   config: T5Config
+  cross_attention: bool = True
 
   def setup(self):
     cfg = self.config
     self.pre_self_attention_layer_norm = norm(cfg)
     self.self_attention = attention(cfg)
-    self.pre_cross_attention_layer_norm = norm(cfg)
-    self.encoder_decoder_attention = attention(cfg)
+    if self.cross_attention:
+      self.pre_cross_attention_layer_norm = norm(cfg)
+      self.encoder_decoder_attention = attention(cfg)
     self.pre_mlp_layer_norm = norm(cfg)
     self.mlp = mlp(cfg)
     self.dropout = dropout(cfg)
@@ -163,16 +171,17 @@ class DecoderLayer(nn.Module):
     """[B, S, E] encoder output -> its cross-attention keys and values [B, H, S, Dh]."""
     return KeyValue(*self.encoder_decoder_attention.project_kv(encoded))
 
-  def __call__(self, inputs: jax.Array, self_bias: jax.Array, cross: KeyValue,
-               cross_bias: jax.Array, buffers: KeyValue | None, index: jax.Array | None,
+  def __call__(self, inputs: jax.Array, self_bias: jax.Array, cross: KeyValue | None,
+               cross_bias: jax.Array | None, buffers: KeyValue | None, index: jax.Array | None,
                deterministic: bool) -> tuple[jax.Array, KeyValue]:
     """One decoder block.
 
     Args:
       inputs: [B, K, E].
       self_bias: [B, H, K, T] causal mask plus relative position bias.
-      cross: the encoder's keys and values, [B, H, S, Dh].
-      cross_bias: [B, 1, 1, S] encoder padding mask.
+      cross: the encoder's keys and values, [B, H, S, Dh]; None without
+        cross-attention.
+      cross_bias: [B, 1, 1, S] encoder padding mask; None without.
       buffers: self-attention buffers [B, H, T, Dh] (cached decoding), or None
         to attend over the K inputs themselves (T = K, full sequence).
       index: [B] int32 position of inputs[:, 0] in `buffers` (with buffers).
@@ -190,12 +199,39 @@ class DecoderLayer(nn.Module):
     x = self.self_attention(x, key, value, self_bias, deterministic)
     x = inputs + self.dropout(x, deterministic=deterministic)
 
-    y = self.pre_cross_attention_layer_norm(x)
-    y = self.encoder_decoder_attention(y, cross.key, cross.value, cross_bias, deterministic)
-    y = x + self.dropout(y, deterministic=deterministic)
+    y = x
+    if self.cross_attention:
+      y = self.pre_cross_attention_layer_norm(x)
+      y = self.encoder_decoder_attention(y, cross.key, cross.value, cross_bias, deterministic)
+      y = x + self.dropout(y, deterministic=deterministic)
 
     z = self.mlp(self.pre_mlp_layer_norm(y), deterministic)
     return y + self.dropout(z, deterministic=deterministic), KeyValue(key, value)
+
+
+def causal_bias(relpos_bias: layers.RelativePositionBias, length: int,
+                buffers: tuple[KeyValue, ...] | None, index: jax.Array | None) -> jax.Array:
+  """Self-attention bias of K queries: relative position bias plus the causal mask.
+
+  Args:
+    relpos_bias: the unidirectional relative position bias.
+    length: K, the queries.
+    buffers: per layer, [B, H, T, Dh] buffers (cached decoding: keys at
+      positions 0..T-1), or None (a whole sequence, keys = queries at 0..K-1).
+    index: [B] int32 absolute position of the first query (with buffers).
+
+  Returns:
+    [B, H, K, T] float32 ([1, H, K, K] without buffers). A key counts only at
+    or before its query's position, which also masks stale cache entries.
+  """
+  steps = jnp.arange(length)
+  if buffers is None:
+    query_positions, key_positions = steps[None], steps  # [1, K], [K]
+  else:
+    query_positions = index[:, None] + steps  # [B, K]
+    key_positions = jnp.arange(buffers[0].key.shape[2])  # [T]
+  causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [B, K, T]
+  return relpos_bias(query_positions, key_positions) + layers.mask_bias(causal)[:, None]
 
 
 class Decoder(nn.Module):
@@ -248,16 +284,7 @@ class Decoder(nn.Module):
       [B, K, E] final features (normed), and the updated buffers (None
       without).
     """
-    steps = jnp.arange(y.shape[1])
-    if buffers is None:
-      query_positions = steps[None]  # [1, K]
-      key_positions = steps  # [K]
-    else:
-      query_positions = index[:, None] + steps  # [B, K]
-      key_positions = jnp.arange(buffers[0].key.shape[2])  # [T]
-    causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [B, K, T]
-    self_bias = (self.relpos_bias(query_positions, key_positions)
-                 + layers.mask_bias(causal)[:, None])  # [B, H, K, T]
+    self_bias = causal_bias(self.relpos_bias, y.shape[1], buffers, index)  # [B, H, K, T]
     cross_bias = layers.mask_bias(encoder_mask)[:, None, None]  # [B, 1, 1, S]
 
     y = self.dropout(y, deterministic=deterministic)
