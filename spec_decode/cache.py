@@ -99,6 +99,23 @@ class PromptState:
   last_token: jax.Array
 
 
+def prompt_cache(buffers: Any, sequences: jax.Array, lengths: jax.Array,
+                 capacity: int) -> Cache:
+  """The Cache at loop index 0 behind each row's sequence (a PromptState).
+
+  Args:
+    buffers: the model's buffers, holding each row's sequence but its last token.
+    sequences: [B, L] int32, what the model reads before the loop (a BOS the
+      model adds, then the prompt).
+    lengths: [B] int32 in 1..L, each row's sequence length.
+    capacity: static loop positions (Cache.capacity).
+  """
+  offset = lengths.astype(jnp.int32) - 1
+  last_token = jnp.take_along_axis(sequences, offset[:, None], axis=1)[:, 0].astype(jnp.int32)
+  return Cache(index=jnp.zeros(offset.shape, jnp.int32),
+               layers=PromptState(buffers, offset, last_token), capacity=capacity)
+
+
 def behind_prompt(tokens: jax.Array, cache: Cache) -> tuple[jax.Array, jax.Array]:
   """The tokens a decoder-only model reads, and their physical start positions.
 

@@ -115,14 +115,11 @@ class PromptTableDraft:
             lengths: jax.Array | None = None) -> tuple[decoding.StepFn, cache_lib.Cache]:
     """As DecoderOnlyModel.start; nothing to prefill."""
     batch, width = prompt_tokens.shape
-    offset = (jnp.full((batch,), width, jnp.int32) if lengths is None
-              else jnp.asarray(lengths, jnp.int32)) - self.min_prompt_length
-    sequence = jnp.concatenate([jnp.zeros((batch, 1 - self.min_prompt_length), jnp.int32),
+    bos = 1 - self.min_prompt_length  # a family whose sequences start with BOS 0
+    lengths = jnp.full((batch,), width, jnp.int32) if lengths is None else lengths
+    sequence = jnp.concatenate([jnp.zeros((batch, bos), jnp.int32),
                                 prompt_tokens.astype(jnp.int32)], axis=1)
-    last_token = jnp.take_along_axis(sequence, offset[:, None], axis=1)[:, 0]
-    cache = cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
-                            layers=cache_lib.PromptState(None, offset, last_token),
-                            capacity=capacity)
+    cache = cache_lib.prompt_cache(None, sequence, jnp.asarray(lengths) + bos, capacity)
 
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
       tokens, _ = cache_lib.behind_prompt(tokens, cache)

@@ -223,12 +223,7 @@ class LlamaNetwork(nn.Module):
                     for _ in range(cfg.num_hidden_layers))
     if width > 1:
       _, buffers = self.features(prompt_tokens[:, :-1], buffers, jnp.zeros((batch,), jnp.int32))
-    offset = lengths.astype(jnp.int32) - 1
-    last_token = jnp.take_along_axis(prompt_tokens, offset[:, None], axis=1)[:, 0]
-    return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
-                           layers=cache_lib.PromptState(buffers, offset,
-                                                        last_token.astype(jnp.int32)),
-                           capacity=capacity)
+    return cache_lib.prompt_cache(buffers, prompt_tokens, lengths, capacity)
 
   def decode(self, tokens: jax.Array,
              cache: cache_lib.Cache) -> tuple[jax.Array, cache_lib.Cache]:

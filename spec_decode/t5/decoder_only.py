@@ -163,11 +163,7 @@ class DecoderOnlyTransformer(nn.Module):
     buffers = tuple(KeyValue(zeros(), zeros()) for _ in range(cfg.num_layers))
     if sequence.shape[1] > 1:
       _, buffers = self.decoder(sequence[:, :-1], buffers, jnp.zeros((batch,), jnp.int32))
-    offset = lengths.astype(jnp.int32)
-    last_token = jnp.take_along_axis(sequence, offset[:, None], axis=1)[:, 0]
-    return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32),
-                           layers=cache_lib.PromptState(buffers, offset, last_token),
-                           capacity=capacity)
+    return cache_lib.prompt_cache(buffers, sequence, lengths + 1, capacity)
 
   def decode(self, tokens: jax.Array,
              cache: cache_lib.Cache) -> tuple[jax.Array, cache_lib.Cache]:
