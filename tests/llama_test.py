@@ -177,18 +177,6 @@ def _sample(target, draft, prompts, lengths, options, rng):
                    sampling=sampling.SamplingParams.create(temperature=1.0))
 
 
-def _joint(model: LlamaModel, prompt: np.ndarray) -> np.ndarray:
-  """[V, V, V] probabilities of the first three tokens after `prompt` (exact)."""
-  vocab = model.vocab_size
-  pairs = np.stack(np.meshgrid(np.arange(vocab), np.arange(vocab), indexing='ij'), -1)
-  sequences = np.concatenate([np.broadcast_to(prompt, (vocab * vocab, len(prompt))),
-                              pairs.reshape(-1, 2)], axis=1)
-  logits = _forward(model, jnp.asarray(sequences, jnp.int32))
-  probs = np.asarray(jax.nn.softmax(logits[:, len(prompt) - 1:], axis=-1), np.float64)
-  probs = probs.reshape(vocab, vocab, 3, vocab)  # [t1, t2, position, token]
-  return probs[0, 0, 0][:, None, None] * probs[:, 0, 1][:, :, None] * probs[:, :, 2]
-
-
 @pytest.mark.parametrize('gamma', [0, 2])
 def test_sampled_sequences_follow_the_target(gamma):
   """Joint law of the first three tokens after two ragged prompts == p's, by chi-square.
@@ -203,10 +191,10 @@ def test_sampled_sequences_follow_the_target(gamma):
                 jax.random.key(7))
   tokens = np.asarray(out.tokens)
   for i, (prompt, length) in enumerate(zip(prompts, lengths)):
-    joint = _joint(target, prompt[:length])
-    outcome = np.ravel_multi_index(tokens[i * rows:(i + 1) * rows].T, joint.shape)
-    counts = np.bincount(outcome, minlength=joint.size)
-    assert stubs.chi_square_pvalue(counts, joint.ravel()) > FALSE_POSITIVE_RATE, f'prompt {i}'
+    law = stubs.first_three_law(lambda x: _forward(target, x), prompt[:length],
+                                target.vocab_size)
+    pvalue = stubs.first_three_pvalue(tokens[i * rows:(i + 1) * rows], law)
+    assert pvalue > FALSE_POSITIVE_RATE, f'prompt {i}'
   if gamma:  # drafts were rejected and swept: both the residual and the bonus paths ran
     hist = np.asarray(out.accept_histogram)
     assert hist[0] > 0 and hist[gamma] > 0, hist

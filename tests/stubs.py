@@ -131,3 +131,28 @@ class PrefixModel:
     for tok in (0,) + tuple(prefix):
       h = (h * 31 + tok + 1) % self.buckets
     return np.asarray(self.table[h])
+
+
+def first_three_law(forward, prefix: np.ndarray, vocab: int) -> np.ndarray:
+  """[V, V, V] exact joint probabilities of the three tokens that follow `prefix`.
+
+  Args:
+    forward: [N, L] int32 sequences -> [N, L, V] logits, position j scoring the
+      token after position j (teacher forcing).
+    prefix: what the model reads before the first sampled token (a BOS the
+      model adds, then the prompt).
+    vocab: V.
+  """
+  pairs = np.stack(np.meshgrid(np.arange(vocab), np.arange(vocab), indexing='ij'), -1)
+  sequences = np.concatenate([np.broadcast_to(prefix, (vocab * vocab, len(prefix))),
+                              pairs.reshape(-1, 2)], axis=1)
+  logits = forward(jnp.asarray(sequences, jnp.int32))
+  probs = np.asarray(jax.nn.softmax(logits[:, len(prefix) - 1:], axis=-1), np.float64)
+  probs = probs.reshape(vocab, vocab, 3, vocab)  # [t1, t2, position, token]
+  return probs[0, 0, 0][:, None, None] * probs[:, 0, 1][:, :, None] * probs[:, :, 2]
+
+
+def first_three_pvalue(tokens: np.ndarray, law: np.ndarray) -> float:
+  """Chi-square p-value of sampled [N, >= 3] tokens' first three against `law` ([V, V, V])."""
+  outcome = np.ravel_multi_index(np.asarray(tokens)[:, :3].T, law.shape)
+  return chi_square_pvalue(np.bincount(outcome, minlength=law.size), law.ravel())
