@@ -34,8 +34,8 @@ PAPER = {'draft (6M)': (0.88, 0.89), 'unigram': (0.03, 0.03), 'bigram': (0.05, 0
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--target', default=str(data.DATA_DIR / 'models' / 'lm_target'))
-  parser.add_argument('--draft', default=str(data.DATA_DIR / 'models' / 'lm_draft'))
+  parser.add_argument('--target', help='a checkpoint of lm_target\'s size; default the bundled one')
+  parser.add_argument('--draft', help='a checkpoint of lm_draft\'s size; default the bundled one')
   parser.add_argument('--n', type=int, default=200)
   parser.add_argument('--prompt_tokens', type=int, default=3)
   parser.add_argument('--max_decode_len', type=int, default=32)
@@ -43,8 +43,8 @@ def main(argv=None) -> int:
   parser.add_argument('--out_dir')
   args = parser.parse_args(argv)
 
-  target = lm.DecoderOnlyModel.load(args.target, lm.bundled_config('lm_target'), 'float32')
-  draft = lm.DecoderOnlyModel.load(args.draft, lm.bundled_config('lm_draft'), 'float32')
+  target = lm.load_bundled('lm_target', path=args.target)
+  draft = lm.load_bundled('lm_draft', path=args.draft)
   stream = np.concatenate(lm_training.sequences('train'))
   q = {'draft': draft, **{name: lm.PromptTableDraft(drafts.TableDraft.estimate(
       stream, data.VOCAB_SIZE, order)) for name, order in (('unigram', 1), ('bigram', 2))}}

@@ -18,10 +18,8 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from spec_decode import acceptance
-from spec_decode import data
 from spec_decode import lm
 from spec_decode import sampling as sampling_lib
 from spec_decode.harness import step_costs
@@ -49,8 +47,8 @@ def decoder(target, draft, gamma: int, max_decode_len: int, sampling):
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--target', default=str(data.DATA_DIR / 'models' / 'lm_target'))
-  parser.add_argument('--draft', default=str(data.DATA_DIR / 'models' / 'lm_draft'))
+  parser.add_argument('--target', help='a checkpoint of lm_target\'s size; default the bundled one')
+  parser.add_argument('--draft', help='a checkpoint of lm_draft\'s size; default the bundled one')
   parser.add_argument('--n', type=int, default=50)
   parser.add_argument('--prompt_tokens', type=int, default=3)
   parser.add_argument('--max_decode_len', type=int, default=32)
@@ -61,8 +59,8 @@ def main(argv=None) -> int:
   parser.add_argument('--out_dir')
   args = parser.parse_args(argv)
 
-  target = lm.DecoderOnlyModel.load(args.target, lm.bundled_config('lm_target'), 'float32')
-  draft = lm.DecoderOnlyModel.load(args.draft, lm.bundled_config('lm_draft'), 'float32')
+  target = lm.load_bundled('lm_target', path=args.target)
+  draft = lm.load_bundled('lm_draft', path=args.draft)
   tokens, lengths = lm_training.prompts_from_test(args.n, args.prompt_tokens)
   one = tokens[:1, :lengths[0]]  # a real prompt without padding, for the step costs
   times = step_costs.measure_step_times(target, draft, one, k_max=max(args.gammas) + 1,

@@ -138,15 +138,21 @@ def bundled_config(name: str, dtype: str = 'float32') -> DecoderOnlyConfig:
                            **dict(zip(fields, data.LM_SIZES[name])))
 
 
-def load_bundled(name: str, dtype: str = 'float32') -> DecoderOnlyModel:
+def load_bundled(name: str, dtype: str = 'float32', path: str | None = None) -> DecoderOnlyModel:
   """A bundled language model ('lm_target' or 'lm_draft', spec_decode/data/models/).
+
+  Args:
+    name: which one.
+    dtype: its parameters' and activations' dtype.
+    path: another checkpoint of the same size (e.g. a retrained one); None:
+      the bundled one.
 
   Raises:
     ValueError: an unknown name, or the bundled vocabulary is not the one the
-      model records (`checkpoints.check_vocabulary`).
+      checkpoint records (`checkpoints.check_vocabulary`).
   """
   config = bundled_config(name, dtype)
-  path = str(data.DATA_DIR / 'models' / name)
+  path = str(data.DATA_DIR / 'models' / name) if path is None else path
   checkpoints.check_vocabulary(path, data.VOCAB_PATH)
   return DecoderOnlyModel.load(path, config)
 
