@@ -1,16 +1,19 @@
-"""Decoder-only pairs (spec_decode.lm) over a device mesh, as spec_decode.sharding does T5.
+"""Decoder-only pairs (spec_decode.lm, spec_decode.llama) over a device mesh, as T5's.
 
-The same logical axis rules: a decoder-only model's parameters carry T5X's
-names (`decoder/layers_0/mlp/wo/kernel` -> ('mlp', 'embed')), and its cache
-behind the prompts (`cache.PromptState`) holds [B, H, T, Dh] buffers and [B]
-rows, which `sharding.cache_shardings` lays out by rank. Over several
-processes the prompts, lengths and keys are global arrays
-(spec_decode.multihost).
+The same logical axis rules as spec_decode.sharding: a decoder-only model's
+parameters carry T5X's names (`decoder/layers_0/mlp/wo/kernel` -> ('mlp',
+'embed')) or Llama's (`layers_0/mlp/down_proj/kernel`, the same axes), and
+its cache behind the prompts (`cache.PromptState`) holds [B, H, T, Dh]
+buffers (Hkv heads for Llama) and [B] rows, which `sharding.cache_shardings`
+lays out by rank. Over several processes the prompts, lengths and keys are
+global arrays (spec_decode.multihost).
 
   mesh = sharding.make_mesh(model_parallel=8)
   target = lm_sharding.load_model(path, config, mesh, sharding.STANDARD_RULES)
   draft = lm_sharding.shard_model(lm.load_bundled('lm_draft'), mesh, sharding.DATA_PARALLEL_RULES)
   out = lm_sharding.decode(target, draft, prompts, lengths, keys, options)
+
+  llama = lm_sharding.shard_model(LlamaModel.load('/ckpt/llama'), mesh, sharding.STANDARD_RULES)
 """
 
 import functools
@@ -25,11 +28,28 @@ from spec_decode import decoding
 from spec_decode import lm
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
+from spec_decode.llama import LlamaConfig, LlamaModel
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
 
+class _OnMesh:
+  """What a decoder-only model laid out over a mesh adds: its shardings and a constrained cache.
+
+  Mixed into a model dataclass with `mesh` and `rules` fields.
+  """
+
+  def shardings(self):
+    """The model with its parameters' NamedShardings as leaves (jit's in_shardings)."""
+    return self.replace(params=sharding.param_shardings(self.params, self.mesh, self.rules))
+
+  def start(self, prompt_tokens: jax.Array, capacity: int, lengths: jax.Array | None = None):
+    """The model's start, with the cache held to its shardings by every step."""
+    return sharding.constrained(*super().start(prompt_tokens, capacity, lengths), self.mesh,
+                                self.rules)
+
+
 @flax.struct.dataclass
-class ShardedDecoderOnlyModel(lm.DecoderOnlyModel):
+class ShardedDecoderOnlyModel(_OnMesh, lm.DecoderOnlyModel):
   """A DecoderOnlyModel laid out over a mesh by logical axis rules.
 
   Attributes:
@@ -41,27 +61,39 @@ class ShardedDecoderOnlyModel(lm.DecoderOnlyModel):
   mesh: Mesh = flax.struct.field(pytree_node=False)
   rules: sharding.Rules = flax.struct.field(pytree_node=False)
 
-  def shardings(self) -> 'ShardedDecoderOnlyModel':
-    """The model with its parameters' NamedShardings as leaves (jit's in_shardings)."""
-    return self.replace(params=sharding.param_shardings(self.params, self.mesh, self.rules))
 
-  def start(self, prompt_tokens: jax.Array, capacity: int, lengths: jax.Array | None = None):
-    """DecoderOnlyModel.start, with the cache held to its shardings by every step."""
-    return sharding.constrained(*super().start(prompt_tokens, capacity, lengths), self.mesh,
-                                self.rules)
+@flax.struct.dataclass
+class ShardedLlamaModel(_OnMesh, LlamaModel):
+  """A LlamaModel laid out over a mesh by logical axis rules (attributes as above)."""
+
+  mesh: Mesh = flax.struct.field(pytree_node=False, kw_only=True)
+  rules: sharding.Rules = flax.struct.field(pytree_node=False, kw_only=True)
 
 
-def shard_model(model: lm.DecoderOnlyModel, mesh: Mesh,
-                rules: sharding.Rules) -> ShardedDecoderOnlyModel:
-  """A DecoderOnlyModel's parameters placed over `mesh` by `rules`."""
+Sharded = ShardedDecoderOnlyModel | ShardedLlamaModel
+
+
+def shard_model(model: lm.DecoderOnlyModel | LlamaModel, mesh: Mesh,
+                rules: sharding.Rules) -> Sharded:
+  """A decoder-only model's parameters placed over `mesh` by `rules`."""
   rules = sharding.check_rules(rules)
-  return ShardedDecoderOnlyModel(model.config, sharding.shard_params(model.params, mesh, rules),
-                                 mesh, rules)
+  params = sharding.shard_params(model.params, mesh, rules)
+  if isinstance(model, LlamaModel):
+    return ShardedLlamaModel(model.config, params, model.tokenizer, mesh=mesh, rules=rules)
+  return ShardedDecoderOnlyModel(model.config, params, mesh, rules)
 
 
-def load_model(path: str, config: DecoderOnlyConfig, mesh: Mesh, rules: sharding.Rules,
-               dtype=None) -> ShardedDecoderOnlyModel:
-  """A T5X checkpoint read straight onto its shards (each host its own slices); orbax whole."""
+def load_model(path: str, config: DecoderOnlyConfig | LlamaConfig, mesh: Mesh,
+               rules: sharding.Rules, dtype=None) -> Sharded:
+  """A decoder-only model's checkpoint over `mesh`, laid out by `rules`.
+
+  A T5X checkpoint is read straight onto its shards (each host its own
+  slices); orbax and Hugging Face (Llama) checkpoints are read whole on the
+  host, then placed. `dtype` overrides a DecoderOnlyConfig's param_dtype; a
+  LlamaConfig's dtype is its own.
+  """
+  if isinstance(config, LlamaConfig):
+    return shard_model(LlamaModel.load(path, config=config), mesh, rules)
   rules = sharding.check_rules(rules)
   abstract = jax.eval_shape(functools.partial(lm.DecoderOnlyModel.random, config),
                             jax.random.key(0)).params
@@ -70,7 +102,7 @@ def load_model(path: str, config: DecoderOnlyConfig, mesh: Mesh, rules: sharding
   return ShardedDecoderOnlyModel(config, params, mesh, rules)
 
 
-def decode(target: ShardedDecoderOnlyModel, draft: ShardedDecoderOnlyModel | None,
+def decode(target: Sharded, draft: Sharded | None,
            prompt_tokens: jax.Array, lengths: jax.Array, rng: jax.Array,
            options: decoding.LoopOptions, *,
            sampling: sampling_lib.SamplingParams | None = None,

@@ -67,6 +67,16 @@ _PARAM_AXES = {
     'token_embedder/embedding': ('vocab', 'embed'),  # [V, E]
     'logits_dense/kernel': ('embed', 'vocab'),  # [E, V]
     'relpos_bias/rel_embedding': ('heads', 'relpos_buckets'),  # [H, 32]
+    # Llama's names (spec_decode.llama.network) for the same roles.
+    'q_proj/kernel': ('embed', 'joined_kv'),  # [E, H * Dh]
+    'k_proj/kernel': ('embed', 'joined_kv'),  # [E, Hkv * Dh]
+    'v_proj/kernel': ('embed', 'joined_kv'),
+    'o_proj/kernel': ('joined_kv', 'embed'),  # [H * Dh, E]
+    'gate_proj/kernel': ('embed', 'mlp'),  # [E, F]
+    'up_proj/kernel': ('embed', 'mlp'),
+    'down_proj/kernel': ('mlp', 'embed'),  # [F, E]
+    'embed_tokens/embedding': ('vocab', 'embed'),  # [V, E]
+    'lm_head/kernel': ('embed', 'vocab'),  # [E, V]
 }
 # Cache arrays by rank: index [B], encoder_mask [B, S], keys/values [B, H, T, Dh].
 _CACHE_AXES = {1: ('batch',), 2: ('batch', 'length'), 4: ('batch', 'heads', 'length', 'kv')}

@@ -15,6 +15,7 @@ import sentencepiece
 
 from spec_decode import checkpoints
 from spec_decode.cli import infer
+from spec_decode.cli import jsonl
 from spec_decode import data
 from spec_decode import models
 from spec_decode.t5 import t5_1_1
@@ -156,9 +157,9 @@ def test_read_examples_truncates_like_seqio(tmp_path):
   examples = infer.read_examples(str(path), _CharVocabulary(), input_prefix='p:',
                                  max_input_len=6, truncate=True)
   assert [e.line for e in examples] == [1, 2, 3]
-  assert examples[0].tokens == _CharVocabulary().encode('p:abc') + [infer.EOS_ID]
+  assert examples[0].tokens == _CharVocabulary().encode('p:abc') + [jsonl.EOS_ID]
   assert examples[1].fields == {'inputs': 'xy', 'id': 7}
-  assert examples[1].tokens == _CharVocabulary().encode('p:xy') + [infer.EOS_ID]
+  assert examples[1].tokens == _CharVocabulary().encode('p:xy') + [jsonl.EOS_ID]
   assert examples[2].fields == {'inputs': 'not json'}
   with pytest.raises(infer.ConfigError, match=r'line 1: input of 11 tokens .* max_input_len=6'):
     infer.read_examples(str(path), _CharVocabulary(), input_prefix='p:', max_input_len=6)

@@ -123,6 +123,8 @@ def test_old_module_paths_import_the_moved_module_with_a_warning(old):
   with pytest.warns(DeprecationWarning, match=new):
     module = importlib.import_module(f'spec_decode.{old}')
   assert module is importlib.import_module(new)
-  assert module.__spec__.name == new and importlib.reload(module) is module
+  # Not reloaded: reloading gin_utils would make a second ConfigError class, and the tests that
+  # run after this one in the same process would no longer catch the errors they expect.
+  assert module.__spec__.name == new
   sys.modules.pop(f'spec_decode.{old}')
   assert set(_moved.MOVED) == {f'spec_decode.{name}' for name in OLD_PATHS}

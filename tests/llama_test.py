@@ -5,7 +5,6 @@ PyTorch. Checkpoint folders are written here from our own parameters.
 """
 
 import functools
-import json
 import os
 
 import jax
@@ -18,10 +17,9 @@ from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import lm
 from spec_decode import sampling
-from spec_decode.checkpoints.hf import HF_FILE, HF_INDEX
+from spec_decode.checkpoints.hf import HF_FILE
 from spec_decode.checkpoints.param_trees import flatten
 from spec_decode.llama import LlamaConfig, LlamaModel, check_shared_vocabulary, generate
-from spec_decode.llama import hf
 from spec_decode.llama import speculative_generate
 from tests import stubs
 from tests import tolerances
@@ -39,44 +37,10 @@ PROMPTS = np.array([[5, 17, 99, 3, 42, 8, 61], [7, 0, 0, 0, 0, 0, 0], [9, 80, 4,
 LENGTHS = np.array([7, 1, 3])
 
 
-def _model(config: LlamaConfig, seed: int, scale: float = 5.0) -> LlamaModel:
-  """Random weights `scale` times HF's initialisation: logits of order 1, few near-ties."""
-  model = LlamaModel.random(config, jax.random.key(seed))
-  return model.replace(params=jax.tree.map(lambda x: x * scale, model.params))
-
-
 def _noisy_copy(model: LlamaModel) -> LlamaModel:
   """The model with noise on every weight: a draft that guesses some tokens right, some wrong."""
-  noise = _model(model.config, 1, scale=0.5).params
+  noise = stubs.llama_model(model.config, 1, scale=0.5).params
   return model.replace(params=jax.tree.map(jnp.add, model.params, noise))
-
-
-def _save(model: LlamaModel, directory, shards: int = 1, **config_overrides) -> str:
-  """Writes `model` as a Hugging Face LlamaForCausalLM folder (sharded when shards > 1)."""
-  os.makedirs(directory, exist_ok=True)
-  cfg = model.config
-  names = hf.hf_names(cfg)
-  tensors = {names[n]: np.ascontiguousarray(np.asarray(x).T if n.endswith('/kernel') else x)
-             for n, x in flatten(model.params).items()}
-  groups = np.array_split(np.array(sorted(tensors)), shards)
-  weight_map = {}
-  for i, group in enumerate(groups):
-    file = HF_FILE if shards == 1 else f'model-{i + 1:05d}-of-{shards:05d}.safetensors'
-    safetensors.numpy.save_file({n: tensors[n] for n in group}, os.path.join(directory, file))
-    weight_map.update(dict.fromkeys(group.tolist(), file))
-  if shards > 1:
-    with open(os.path.join(directory, HF_INDEX), 'w') as f:
-      json.dump({'weight_map': weight_map}, f)
-  config = {'architectures': ['LlamaForCausalLM'], 'model_type': 'llama',
-            **{k: getattr(cfg, k) for k in ('vocab_size', 'hidden_size', 'intermediate_size',
-                                            'num_hidden_layers', 'num_attention_heads',
-                                            'num_key_value_heads', 'head_dim', 'rms_norm_eps',
-                                            'tie_word_embeddings')},
-            'rope_parameters': {'rope_type': 'default', 'rope_theta': cfg.rope_theta},
-            'eos_token_id': list(cfg.eos_token_ids), **config_overrides}
-  with open(os.path.join(directory, 'config.json'), 'w') as f:
-    json.dump(config, f)
-  return str(directory)
 
 
 @jax.jit
@@ -99,7 +63,7 @@ def _logits_after(model, tokens, lengths, capacity, chunks):
 
 @pytest.mark.parametrize('config', [GQA, MHA], ids=['gqa', 'mha_tied'])
 def test_multi_token_steps_equal_single_steps_and_the_full_sequence(config):
-  model = _model(config, 0)
+  model = stubs.llama_model(config, 0)
   tokens = jnp.asarray(np.random.default_rng(1).integers(0, 128, (3, 6)), jnp.int32)
   single, index = _logits_after(model, tokens, LENGTHS, 8, (1,) * 6)
   chunked, chunk_index = _logits_after(model, tokens, LENGTHS, 8, (4, 2))
@@ -131,14 +95,14 @@ def _rewound_and_clean(model, tokens, garbage):
 
 def test_rewound_entries_are_never_read():
   rng = np.random.default_rng(2)
-  rewound, clean = _rewound_and_clean(_model(GQA, 0), rng.integers(0, 128, (3, 5)),
+  rewound, clean = _rewound_and_clean(stubs.llama_model(GQA, 0), rng.integers(0, 128, (3, 5)),
                                       rng.integers(0, 128, (3, 2)))
   tolerances.assert_close(rewound, clean, ulps=64)
 
 
 @pytest.mark.parametrize('gamma', [0, 3])
 def test_ragged_batch_rows_equal_their_batch_1_runs(gamma):
-  target = _model(GQA, 0)
+  target = stubs.llama_model(GQA, 0)
   draft = _noisy_copy(target)
   run = functools.partial(speculative_generate, target, draft, gamma=gamma) if gamma else (
       functools.partial(generate, target))
@@ -156,7 +120,7 @@ def test_ragged_batch_rows_equal_their_batch_1_runs(gamma):
 
 def test_speculative_beam_search_over_prompt_caches_equals_beam_search():
   """Beam search reorders cache rows (every leaf of the prompt cache) between steps."""
-  target = _model(GQA, 0)
+  target = stubs.llama_model(GQA, 0)
   draft = _noisy_copy(target)
   beams = functools.partial(lm.beam_generate, target, PROMPTS, LENGTHS, beam_size=3,
                             max_decode_len=8, eos_id=2)
@@ -183,7 +147,7 @@ def test_sampled_sequences_follow_the_target(gamma):
 
   Two tests per case (one per prompt), each at FALSE_POSITIVE_RATE.
   """
-  target, draft = _model(TINY, 3, scale=3.0), _model(TINY_DRAFT, 4, scale=3.0)
+  target, draft = stubs.llama_model(TINY, 3, scale=3.0), stubs.llama_model(TINY_DRAFT, 4, scale=3.0)
   prompts, lengths = np.array([[3, 1, 4, 1], [5, 2, 0, 0]]), np.array([4, 2])
   rows = 40_000
   out = _sample(target, draft if gamma else None, np.repeat(prompts, rows, 0),
@@ -201,9 +165,9 @@ def test_sampled_sequences_follow_the_target(gamma):
 
 
 def test_checkpoint_folders_load_whole_and_sharded(tmp_path):
-  model = _model(GQA, 0)
+  model = stubs.llama_model(GQA, 0)
   for shards in (1, 3):
-    loaded = LlamaModel.load(_save(model, tmp_path / f'shards{shards}', shards))
+    loaded = LlamaModel.load(stubs.save_llama(model, tmp_path / f'shards{shards}', shards))
     assert loaded.config == GQA
     for name, x in flatten(model.params).items():
       np.testing.assert_array_equal(flatten(loaded.params)[name], x, err_msg=name)
@@ -223,14 +187,14 @@ def test_checkpoint_folders_load_whole_and_sharded(tmp_path):
     ({'num_key_value_heads': 3}, 'must divide'),
 ])
 def test_configs_of_other_models_are_refused(tmp_path, overrides, match):
-  directory = _save(_model(GQA, 0), tmp_path, **overrides)
+  directory = stubs.save_llama(stubs.llama_model(GQA, 0), tmp_path, **overrides)
   with pytest.raises(ValueError, match=match) as error:
     LlamaConfig.from_hf(directory)
   assert 'config.json' in str(error.value)
 
 
 def test_checkpoints_that_do_not_fit_name_every_bad_array(tmp_path):
-  directory = _save(_model(GQA, 0), tmp_path)
+  directory = stubs.save_llama(stubs.llama_model(GQA, 0), tmp_path)
   file = os.path.join(directory, HF_FILE)
   tensors = safetensors.numpy.load_file(file)
   tensors.pop('model.layers.1.mlp.up_proj.weight')
@@ -253,14 +217,15 @@ def test_checkpoints_that_do_not_fit_name_every_bad_array(tmp_path):
 
 
 def test_target_and_draft_must_share_the_vocabulary(tmp_path):
-  target = _model(GQA, 0)
-  other = _model(LlamaConfig(**{**DRAFT.__dict__, 'vocab_size': 100}), 1)
+  target = stubs.llama_model(GQA, 0)
+  other = stubs.llama_model(LlamaConfig(**{**DRAFT.__dict__, 'vocab_size': 100}), 1)
   with pytest.raises(ValueError, match='draft vocab_size 100 != target vocab_size 128'):
     speculative_generate(target, other, PROMPTS, LENGTHS, 0, gamma=2, max_decode_len=4)
   with pytest.raises(ValueError, match='draft vocab_size 100'):  # no override for the sizes
     check_shared_vocabulary(target, other, allow_tokenizer_mismatch=True)
 
-  folders = [_save(m, tmp_path / name) for m, name in ((target, 't'), (_model(DRAFT, 1), 'd'))]
+  folders = [stubs.save_llama(m, tmp_path / name)
+             for m, name in ((target, 't'), (stubs.llama_model(DRAFT, 1), 'd'))]
   for folder, text in zip(folders, ('{"vocab": 1}', '{"vocab": 2}')):
     with open(os.path.join(folder, 'tokenizer.json'), 'w') as f:
       f.write(text)
@@ -274,7 +239,7 @@ def test_target_and_draft_must_share_the_vocabulary(tmp_path):
 
 
 def test_bad_prompts_and_eos_settings_raise_clear_errors():
-  model = _model(GQA, 0)
+  model = stubs.llama_model(GQA, 0)
   run = functools.partial(generate, model, rng=0, max_decode_len=4)
   with pytest.raises(ValueError, match=r'lengths must lie in 1\.\.P=7'):
     run(PROMPTS, np.array([7, 0, 3]))

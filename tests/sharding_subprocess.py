@@ -12,8 +12,9 @@ check), a tiny random target
 (STANDARD_RULES) and draft (DATA_PARALLEL_RULES) decode, speculatively and
 autoregressively, greedily and by sampling with the same per-row keys, and the
 tokens are compared with the one-device ones; the compiled HLO of the verify
-step (and of the whole loop on (1, 8)) is searched for collectives. Then a T5X
-checkpoint loads onto its shards and infer.infer runs with model_parallel 4.
+step (and of the whole loop on (1, 8)) is searched for collectives. A Llama
+pair decodes over (2, 4) as on one device. Then a T5X checkpoint loads onto
+its shards and infer.infer runs with model_parallel 4.
 """
 
 import os
@@ -34,9 +35,13 @@ import numpy as np
 
 from spec_decode import checkpoints
 from spec_decode.cli import infer
+from spec_decode import decoding
+from spec_decode import lm
+from spec_decode import lm_sharding
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
+from spec_decode.llama import LlamaConfig, LlamaModel
 from spec_decode.t5.config import T5Config, t5_1_1
 from spec_decode.t5.network import Transformer
 
@@ -46,6 +51,11 @@ TARGET = T5Config(vocab_size=256, emb_dim=40, num_heads=8, num_encoder_layers=1,
                   num_decoder_layers=2, head_dim=8, mlp_dim=96)
 DRAFT = t5_1_1('nano', vocab_size=256)  # 2 heads: its parameters are replicated.
 MESHES = ((1, 8), (2, 4))
+LLAMA = LlamaConfig(vocab_size=256, hidden_size=40, intermediate_size=96, num_hidden_layers=2,
+                    num_attention_heads=8, num_key_value_heads=4, head_dim=8)
+LLAMA_DRAFT = LlamaConfig(vocab_size=256, hidden_size=24, intermediate_size=48,
+                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=8)
 BATCH, INPUT_LEN, MAX_DECODE_LEN, GAMMA = 8, 12, 16, 3
 COLLECTIVES = ('all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'collective-permute')
 
@@ -171,6 +181,29 @@ def _check_t5x_load(workdir: pathlib.Path, target: models.T5Model) -> dict:
   }
 
 
+def _check_llama() -> dict:
+  """A Llama pair (GQA: 8 query, 4 key/value heads) over the (2, 4) mesh against one device.
+
+  Greedy and sampled speculative decoding with ragged prompts; the target's
+  heads split 4 ways, the draft replicated.
+  """
+  mesh = sharding.make_mesh(4)
+  target, draft = (LlamaModel.random(config, jax.random.key(seed))
+                   for config, seed in ((LLAMA, 0), (LLAMA_DRAFT, 1)))
+  prompts, lengths = TOKENS[:, :6], np.array([6, 1, 3, 5, 2, 6, 4, 1], np.int32)
+  options = decoding.LoopOptions(MAX_DECODE_LEN, gamma=GAMMA, eos_id=-1)
+  sharded = (lm_sharding.shard_model(target, mesh, sharding.STANDARD_RULES),
+             lm_sharding.shard_model(draft, mesh, sharding.DATA_PARALLEL_RULES))
+  identical = {}
+  for name, knobs in KNOBS.items():
+    one = jax.jit(lm.decode, static_argnums=5)(target, draft, prompts, lengths, KEYS, options,
+                                               sampling=knobs)
+    split = lm_sharding.decode(*sharded, prompts, lengths, KEYS, options, sampling=knobs)
+    identical[name] = _same(_outputs(split), _outputs(one))
+  kernel = sharded[0].params['layers_0']['self_attn']['k_proj']['kernel']
+  return {'identical': identical, 'k_proj_spec': str(kernel.sharding.spec)}
+
+
 def main(workdir: pathlib.Path) -> dict:
   start = time.perf_counter()
   assert jax.device_count() == 8, jax.devices()
@@ -193,6 +226,9 @@ def main(workdir: pathlib.Path) -> dict:
                                                                 reference)
     summary['seconds'][f'{data}x{model_parallel}'] = time.perf_counter() - mesh_start
 
+  llama_start = time.perf_counter()
+  summary['llama'] = _check_llama()
+  summary['seconds']['llama'] = time.perf_counter() - llama_start
   load_start = time.perf_counter()
   for name, model in (('target', target), ('draft', draft)):
     checkpoints.write_t5x(str(workdir / name), model.params)

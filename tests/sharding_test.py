@@ -88,6 +88,12 @@ def test_whole_loop_gathers_no_weight(summary):
   assert loop['weight_all_gathers'] == []
 
 
+def test_llama_pair_over_a_mesh_equals_one_device(summary):
+  """Greedy and sampled, ragged prompts; key/value projections split by head over `model`."""
+  assert summary['llama']['identical'] == {'greedy': True, 'sampled': True}
+  assert summary['llama']['k_proj_spec'] == "P(None, 'model')"
+
+
 def test_t5x_checkpoint_loads_onto_its_shards(summary):
   assert summary['t5x_load']['values_equal'] and summary['t5x_load']['shardings_equal']
 

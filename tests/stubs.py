@@ -1,11 +1,19 @@
-"""Stub models and a goodness-of-fit test shared by the engine tests."""
+"""Stub models, a goodness-of-fit test and random Llama folders shared by the tests."""
+
+import json
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import safetensors.numpy
 from scipy import stats
 
 from spec_decode import cache as cache_lib
+from spec_decode.checkpoints.hf import HF_FILE, HF_INDEX
+from spec_decode.checkpoints.param_trees import flatten
+from spec_decode.llama import LlamaConfig, LlamaModel
+from spec_decode.llama import hf
 
 # Compiler options of the jitted loops that run long (the statistical tests'
 # 100k-row batches): conftest.py compiles everything else at XLA's backend
@@ -156,3 +164,37 @@ def first_three_pvalue(tokens: np.ndarray, law: np.ndarray) -> float:
   """Chi-square p-value of sampled [N, >= 3] tokens' first three against `law` ([V, V, V])."""
   outcome = np.ravel_multi_index(np.asarray(tokens)[:, :3].T, law.shape)
   return chi_square_pvalue(np.bincount(outcome, minlength=law.size), law.ravel())
+
+
+def llama_model(config: LlamaConfig, seed: int, scale: float = 5.0) -> LlamaModel:
+  """Random weights `scale` times HF's initialisation: logits of order 1, few near-ties."""
+  model = LlamaModel.random(config, jax.random.key(seed))
+  return model.replace(params=jax.tree.map(lambda x: x * scale, model.params))
+
+
+def save_llama(model: LlamaModel, directory, shards: int = 1, **config_overrides) -> str:
+  """Writes `model` as a Hugging Face LlamaForCausalLM folder (sharded when shards > 1)."""
+  os.makedirs(directory, exist_ok=True)
+  cfg = model.config
+  names = hf.hf_names(cfg)
+  tensors = {names[n]: np.ascontiguousarray(np.asarray(x).T if n.endswith('/kernel') else x)
+             for n, x in flatten(model.params).items()}
+  groups = np.array_split(np.array(sorted(tensors)), shards)
+  weight_map = {}
+  for i, group in enumerate(groups):
+    file = HF_FILE if shards == 1 else f'model-{i + 1:05d}-of-{shards:05d}.safetensors'
+    safetensors.numpy.save_file({n: tensors[n] for n in group}, os.path.join(directory, file))
+    weight_map.update(dict.fromkeys(group.tolist(), file))
+  if shards > 1:
+    with open(os.path.join(directory, HF_INDEX), 'w') as f:
+      json.dump({'weight_map': weight_map}, f)
+  config = {'architectures': ['LlamaForCausalLM'], 'model_type': 'llama',
+            **{k: getattr(cfg, k) for k in ('vocab_size', 'hidden_size', 'intermediate_size',
+                                            'num_hidden_layers', 'num_attention_heads',
+                                            'num_key_value_heads', 'head_dim', 'rms_norm_eps',
+                                            'tie_word_embeddings')},
+            'rope_parameters': {'rope_type': 'default', 'rope_theta': cfg.rope_theta},
+            'eos_token_id': list(cfg.eos_token_ids), **config_overrides}
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  return str(directory)

@@ -23,6 +23,7 @@ from spec_decode import multihost
 from spec_decode import sharding
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli.jsonl import Example
+from spec_decode.llama import LlamaConfig, LlamaModel
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
@@ -85,20 +86,23 @@ def make_mesh(model_parallel: int, batch_size: int) -> jax.sharding.Mesh:
   return mesh
 
 
-def load(name: str, config: T5Config | DecoderOnlyConfig | None, path: str | None,
-         mesh: jax.sharding.Mesh | None) -> models.T5Model | None:
+def load(name: str, config: T5Config | DecoderOnlyConfig | LlamaConfig | None, path: str | None,
+         mesh: jax.sharding.Mesh | None) -> Any:
   """The model from its checkpoint, in config.param_dtype, on the device (or mesh).
 
-  A DecoderOnlyConfig gives a decoder-only model (spec_decode.lm, over a mesh
-  spec_decode.lm_sharding).
+  A DecoderOnlyConfig gives a decoder-only model (spec_decode.lm), a
+  LlamaConfig a Llama model from a Hugging Face folder (spec_decode.llama),
+  each over a mesh by spec_decode.lm_sharding.
   """
   if config is None:
     return None
   try:
     rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
+    if isinstance(config, (DecoderOnlyConfig, LlamaConfig)) and mesh is not None:
+      return lm_sharding.load_model(path, config, mesh, rules)
+    if isinstance(config, LlamaConfig):
+      return LlamaModel.load(path, config=config)
     if isinstance(config, DecoderOnlyConfig):
-      if mesh is not None:
-        return lm_sharding.load_model(path, config, mesh, rules)
       return lm.DecoderOnlyModel.load(path, config)
     if mesh is not None:
       return sharding.load_model(path, config, mesh, rules)
@@ -109,13 +113,16 @@ def load(name: str, config: T5Config | DecoderOnlyConfig | None, path: str | Non
 
 
 def batches(examples: list[Example], batch_size: int, input_len: int, rng: jax.Array,
-            mesh: jax.sharding.Mesh | None) -> Iterator[tuple[list[Example], Any, Any]]:
-  """Yields (examples, tokens [B, input_len] 0-padded, keys [B]) per batch.
+            mesh: jax.sharding.Mesh | None) -> Iterator[tuple[list[Example], Any, Any, Any]]:
+  """Yields (examples, tokens [B, input_len] 0-padded, lengths [B], keys [B]) per batch.
+
+  lengths are the inputs' token counts (a decoder-only model's prompt
+  lengths: its tokenizer's 0 may be a real token, as Llama's is).
 
   The last batch is padded by repeating its last example. Example i is
   sampled with key fold_in(rng, i), whatever the batch size or process count.
-  Over a mesh, tokens and raw key data ([B, 2] uint32) are global arrays
-  split by row (STANDARD_RULES), each host holding its rows.
+  Over a mesh, tokens, lengths and raw key data ([B, 2] uint32) are global
+  arrays split by row (STANDARD_RULES), each host holding its rows.
   """
   for start in range(0, len(examples), batch_size):
     rows = examples[start:start + batch_size]
@@ -123,12 +130,14 @@ def batches(examples: list[Example], batch_size: int, input_len: int, rng: jax.A
     tokens = np.zeros((batch_size, input_len), np.int32)
     for b, example in enumerate(padded):
       tokens[b, :len(example.tokens)] = example.tokens
+    lengths = np.array([len(example.tokens) for example in padded], np.int32)
     indices = np.minimum(np.arange(start, start + batch_size), len(examples) - 1)
     keys = jax.vmap(functools.partial(jax.random.fold_in, rng))(indices)
     if mesh is None:
-      yield rows, tokens, keys
+      yield rows, tokens, lengths, keys
       continue
     keys = np.asarray(jax.random.key_data(keys))
     yield rows, *(multihost.global_array(
         lambda r, x=x: x[r], x.shape,
-        sharding.batch_sharding(mesh, sharding.STANDARD_RULES, x.shape)) for x in (tokens, keys))
+        sharding.batch_sharding(mesh, sharding.STANDARD_RULES, x.shape))
+        for x in (tokens, lengths, keys))

@@ -15,6 +15,7 @@ import logging
 import re
 import signal
 import sys
+import traceback
 from typing import Any, Callable, Sequence
 
 import gin
@@ -147,11 +148,18 @@ def _files_using(name: str) -> list[str]:
                 if pattern.search(path.read_text()))
 
 
+def _raised_inside(fn: Callable[..., Any], error: BaseException) -> bool:
+  """Whether `error` came from inside `fn`'s body, not from gin building its arguments."""
+  return any(frame.f_code is fn.__code__ for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
 def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, description: str,
         example: str) -> int:
   """Parses the flags, calls gin-configured `fn`; returns the exit status.
 
-  A ConfigError prints `error: ...` on stderr and returns 1; SIGINT and SIGTERM
+  A ConfigError, or an error gin meets building one of `fn`'s arguments (a
+  config's bad field, a missing config.json), prints `error: ...` on stderr
+  and returns 1; SIGINT and SIGTERM
   raise Interrupted inside `fn`, which prints its message and returns
   128 + the signal number.
   """
@@ -162,7 +170,14 @@ def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, descri
     gin.add_config_file_search_path(str(path))
   handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
   try:
-    parse_gin(args.gin_file, args.gin_bindings, fn)()
+    configured = parse_gin(args.gin_file, args.gin_bindings, fn)
+    try:
+      configured()
+    except (ValueError, TypeError, OSError) as e:
+      if isinstance(e, ConfigError) or _raised_inside(fn, e):
+        raise
+      # gin built an argument (a config, a vocabulary) and that failed: a setting's fault.
+      raise ConfigError(f'{type(e).__name__}: {e}') from None
   except ConfigError as e:
     print(f'error: {e.message}', file=sys.stderr)
     return 1

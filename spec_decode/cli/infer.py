@@ -66,7 +66,7 @@ from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli import jsonl
 from spec_decode.cli import memory
-from spec_decode.cli.jsonl import EOS_ID, Example, read_examples
+from spec_decode.cli.jsonl import Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
 from spec_decode import lm
@@ -75,7 +75,11 @@ from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
 from spec_decode import sharding
+from spec_decode.llama import LlamaModel
 from spec_decode.t5.config import T5Config
+
+# The decoder-only models, which continue prompts (spec_decode.lm).
+DECODER_ONLY = (lm.DecoderOnlyModel, LlamaModel)
 
 def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           draft_config: T5Config | None = None, draft_checkpoint: str | None = None,
@@ -92,7 +96,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           draft_top_p: float | None = None, memory_limit_gb: float | None = None,
           allow_vocabulary_mismatch: bool = False, coordinator_address: str | None = None,
           num_processes: int = 1, process_id: int = 0, process_timeout_s: float = 300.0,
-          heartbeat_timeout_s: float = 100.0) -> dict[str, Any]:
+          heartbeat_timeout_s: float = 100.0, eos_id: int | None = None) -> dict[str, Any]:
   """Decodes every line of `input_file` and writes JSONL to `output_file`.
 
   Parameters are loaded in each config's `param_dtype`. The settings, the
@@ -100,14 +104,19 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   all checked before any model is loaded.
 
   Args:
-    target_config: the target model M_p: a T5Config, or a DecoderOnlyConfig
-      (spec_decode.lm), whose inputs are prompts it continues (no EOS
-      appended; `output` is the continuation).
-    target_checkpoint: its T5X, Hugging Face or orbax checkpoint.
+    target_config: the target model M_p: a T5Config; or a decoder-only
+      model's, a DecoderOnlyConfig (spec_decode.lm) or a LlamaConfig
+      (spec_decode.llama, e.g. LlamaConfig.from_hf(folder)), whose inputs
+      are prompts it continues (no EOS appended; `output` is the
+      continuation).
+    target_checkpoint: its T5X, Hugging Face or orbax checkpoint (a Llama
+      model's: a Hugging Face folder).
     vocabulary: a seqio.Vocabulary (encode, decode, vocab_size) shared by both
       models, e.g. seqio.SentencePieceVocabulary; the models' vocab_size is
       its size, or that size padded up to a multiple of
-      infer_settings.VOCAB_PADDING.
+      infer_settings.VOCAB_PADDING. A Llama pair's: the target folder's
+      tokenizer (spec_decode.llama.tokenizer.Tokenizer), no larger than
+      vocab_size.
     draft_config: the draft model M_q; None decodes with the target alone.
     draft_checkpoint: its checkpoint; given exactly when draft_config is.
     input_file: text or JSONL path, '-' for stdin.
@@ -172,6 +181,9 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     process_timeout_s: how long the processes wait for each other to arrive.
     heartbeat_timeout_s: a process silent this long (dead) ends the others
       with an error naming it.
+    eos_id: the id that ends a row; None: the target's own (T5's 1, a Llama
+      config.json's eos_token_id; one that lists several needs eos_id); -1:
+      none does.
 
   Returns:
     The summary printed to stderr, as a dict.
@@ -223,7 +235,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     memory.check(needed, memory_limit_gb)
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,
-                   max_decode_len=max_decode_len, check_finite=check_finite)
+                   max_decode_len=max_decode_len, check_finite=check_finite,
+                   eos_id=infer_settings.stop_id(settings))
   else:
     options = dict(loop=infer_settings.loop_options(settings, speculate=speculate),
                    lenience=lenience, confidence_threshold=confidence_threshold)
@@ -238,7 +251,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   return summary
 
 
-def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config],
+def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, Any],
          paths: dict[str, str | None], vocabulary: Any,
          knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None],
          options: dict[str, Any], *, beam: bool, batch_size: int, seed: int,
@@ -262,9 +275,9 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
   decode_s, generated, target_calls, histogram, drafted = 0.0, 0, 0, 0, 0
   with tqdm.tqdm(total=len(examples), unit='ex', file=sys.stderr, desc='decoding',
                  disable=not devices.is_writer()) as bar:
-    for index, (rows, tokens, rng) in enumerate(batches):
+    for index, (rows, tokens, lengths, rng) in enumerate(batches):
       start = time.perf_counter()
-      result = multihost.gather(decode(target, draft, tokens, rng, knobs))
+      result = multihost.gather(decode(target, draft, tokens, lengths, rng, knobs))
       walltime = time.perf_counter() - start
       bad = None if result.nonfinite is None else result.nonfinite[:len(rows)]
       if bad is not None and bad.any():
@@ -275,7 +288,7 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       records = []
       for b, example in enumerate(rows):
         if beam:
-          record = _beam_record(example, result, b, vocabulary)
+          record = _beam_record(example, result, b, vocabulary, options['eos_id'])
           record.update(batch=index, batch_walltime_s=round(walltime, 6))
         else:
           record = _record(example, result, b, vocabulary)
@@ -299,31 +312,25 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, T5Config
       accept_histogram=np.asarray(histogram).tolist(), draft_histogram=np.asarray(drafted).tolist())
 
 
-def _decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
-            rng: jax.Array,
+def _decode(target: Any, draft: Any, tokens: jax.Array, lengths: jax.Array, rng: jax.Array,
             knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None], *,
             loop: decoding.LoopOptions, lenience: float,
             confidence_threshold: float | None) -> decoding.DecodeOutput:
   """Baseline decoding without a draft, speculative decoding with one (knobs: p's, q's).
 
-  A decoder-only pair continues the inputs as prompts (their lengths: the
-  non-padding ids; the bundled vocabulary's 0 is only padding).
+  A decoder-only pair continues the inputs as prompts of `lengths` [B]
+  tokens; a T5 pair reads its padding from the 0s of `tokens`.
   """
   sampling, draft_sampling = knobs
   knobs = dict(sampling=sampling) if draft is None else dict(
       sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
       confidence_threshold=confidence_threshold)
-  if isinstance(target, lm_sharding.ShardedDecoderOnlyModel):
-    return lm_sharding.decode(target, draft, tokens, _prompt_lengths(tokens), rng, loop, **knobs)
-  if isinstance(target, lm.DecoderOnlyModel):
-    return lm.decode(target, draft, tokens, _prompt_lengths(tokens), rng, loop, **knobs)
+  if isinstance(target, lm_sharding.Sharded):
+    return lm_sharding.decode(target, draft, tokens, lengths, rng, loop, **knobs)
+  if isinstance(target, DECODER_ONLY):
+    return lm.decode(target, draft, tokens, lengths, rng, loop, **knobs)
   lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
   return lib.decode(target, draft, tokens, rng, loop, **knobs)
-
-
-def _prompt_lengths(tokens: jax.Array) -> jax.Array:
-  """[B] int32 prompt lengths of [B, P] 0-padded prompts."""
-  return jax.numpy.sum(tokens != 0, axis=1).astype(jax.numpy.int32)
 
 
 def _record(example: Example, result: decoding.DecodeOutput, b: int,
@@ -337,22 +344,21 @@ def _record(example: Example, result: decoding.DecodeOutput, b: int,
           'tokens_per_target_call': generated / max(target_calls, 1)}
 
 
-def _beam_decode(target: models.T5Model, draft: models.T5Model | None, tokens: jax.Array,
-                 rng: jax.Array, knobs: Any, **options: Any) -> beam_search.BeamOutput:
+def _beam_decode(target: Any, draft: Any, tokens: jax.Array, lengths: jax.Array, rng: jax.Array,
+                 knobs: Any, **options: Any) -> beam_search.BeamOutput:
   """Beam search (speculative with a draft); rng and the sampling knobs are unused."""
   del rng, knobs
-  if isinstance(target, lm.DecoderOnlyModel):
-    return lm.beam_generate(target, tokens, _prompt_lengths(tokens), draft=draft, eos_id=EOS_ID,
-                            **options)
-  return models.beam_generate(target, tokens, draft=draft, eos_id=EOS_ID, **options)
+  if isinstance(target, DECODER_ONLY):
+    return lm.beam_generate(target, tokens, lengths, draft=draft, **options)
+  return models.beam_generate(target, tokens, draft=draft, **options)
 
 
-def _beam_record(example: Example, result: beam_search.BeamOutput, b: int,
-                 vocabulary: Any) -> dict[str, Any]:
+def _beam_record(example: Example, result: beam_search.BeamOutput, b: int, vocabulary: Any,
+                 eos_id: int) -> dict[str, Any]:
   """The output fields of row b of a batch's BeamOutput: the best beam, then all."""
   beams = []
   for tokens, score in zip(result.tokens[b][::-1], result.scores[b][::-1]):  # best first
-    eos = np.flatnonzero(tokens == EOS_ID)
+    eos = np.flatnonzero(tokens == eos_id)
     ids = tokens[:eos[0] + 1 if eos.size else int(result.steps)].tolist()
     beams.append({'output': vocabulary.decode(ids), 'output_ids': ids, 'score': float(score)})
   calls = int(result.target_calls)

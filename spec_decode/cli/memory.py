@@ -18,6 +18,8 @@ import jax.numpy as jnp
 from spec_decode.checkpoints import param_trees
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import loop_utils
+from spec_decode.llama import LlamaConfig
+from spec_decode.llama import hf as llama_hf
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
@@ -32,8 +34,8 @@ def cache_rows(*, batch_size: int, decode: str, beam_size: int, draft_width: int
   return batch_size * beam_size * (draft_width if speculate else 1)
 
 
-def estimate(configs: dict[str, T5Config | DecoderOnlyConfig], *, rows: int, input_len: int, max_decode_len: int,
-             gamma: int) -> dict[str, int]:
+def estimate(configs: dict[str, T5Config | DecoderOnlyConfig | LlamaConfig], *, rows: int,
+             input_len: int, max_decode_len: int, gamma: int) -> dict[str, int]:
   """Bytes of the buffers a run holds, by kind.
 
   Args:
@@ -46,7 +48,8 @@ def estimate(configs: dict[str, T5Config | DecoderOnlyConfig], *, rows: int, inp
 
   Returns:
     {'parameters', 'encoder outputs', 'KV caches', 'tokens'}: bytes. A
-    model's parameters are in its param_dtype; its encoder output [R, S, E],
+    model's parameters are in its param_dtype (a Llama model's: its dtype;
+    its KV caches have num_key_value_heads heads); its encoder output [R, S, E],
     cross-attention keys and values [R, H, S, Dh] per decoder layer and
     self-attention keys and values [R, H, C, Dh] per decoder layer
     (C = cache_length(max_decode_len, gamma)) in its compute dtype; the
@@ -55,12 +58,18 @@ def estimate(configs: dict[str, T5Config | DecoderOnlyConfig], *, rows: int, inp
   capacity = loop_utils.cache_length(max_decode_len, gamma)
   parts = {'parameters': 0, 'encoder outputs': 0, 'KV caches': 0}
   for config in configs.values():
-    weights = sum(math.prod(shape) for shape in param_trees.expected_shapes(config).values())
-    parts['parameters'] += weights * jnp.dtype(config.param_dtype).itemsize
+    if isinstance(config, LlamaConfig):  # Hkv heads per layer, one dtype for everything
+      shapes, param_dtype = llama_hf.expected_shapes(config), config.dtype
+      layers, heads = config.num_hidden_layers, config.num_key_value_heads
+    else:
+      shapes, param_dtype = param_trees.expected_shapes(config), config.param_dtype
+      layers, heads = config.num_decoder_layers, config.num_heads
+    weights = sum(math.prod(shape) for shape in shapes.values())
+    parts['parameters'] += weights * jnp.dtype(param_dtype).itemsize
     item = jnp.dtype(config.dtype).itemsize
     if isinstance(config, T5Config):  # a decoder-only model's prompt is in its KV cache
       parts['encoder outputs'] += rows * input_len * config.emb_dim * item
-    per_position = 2 * config.num_decoder_layers * rows * config.num_heads * config.head_dim * item
+    per_position = 2 * layers * rows * heads * config.head_dim * item
     parts['KV caches'] += per_position * (input_len + capacity)
   parts['tokens'] = rows * (max_decode_len + gamma + 2) * 4
   return parts

@@ -15,6 +15,8 @@ from spec_decode import api_checks
 from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode.cli.gin_utils import ConfigError
+from spec_decode.llama import LlamaConfig
+from spec_decode.llama import hf as llama_hf
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 from spec_decode.text import EOS_ID
@@ -26,12 +28,14 @@ INT32_MAX = api_checks.INT32_MAX  # token ids, positions, counts and top_k are i
 # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): larger seeds repeat smaller.
 SEED_MAX = 2**32 - 1
 
+# The models the command line decodes: encoder-decoder, T5X decoder-only, Llama.
+CONFIGS = (T5Config, DecoderOnlyConfig, LlamaConfig)
 # What each setting of `infer` must be: gin passes whatever a binding says.
 _INTEGER, _NUMBER = 'an integer', 'a number'
 _SETTINGS = {
-    'target_config': ((T5Config, DecoderOnlyConfig), 'a T5Config or a DecoderOnlyConfig'),
-    'draft_config': ((T5Config, DecoderOnlyConfig, type(None)),
-                     'a T5Config, a DecoderOnlyConfig or None'),
+    'target_config': (CONFIGS, 'a T5Config, a DecoderOnlyConfig or a LlamaConfig'),
+    'draft_config': (CONFIGS + (type(None),),
+                     'a T5Config, a DecoderOnlyConfig, a LlamaConfig or None'),
     'target_checkpoint': (str, 'a string'), 'draft_checkpoint': ((str, type(None)),
                                                                  'a string or None'),
     'input_file': (str, 'a string'), 'output_file': (str, 'a string'),
@@ -50,6 +54,7 @@ _SETTINGS = {
     'draft_temperature': ((numbers.Real, type(None)), 'a number or None'),
     'draft_top_k': ((numbers.Integral, type(None)), 'an integer or None'),
     'draft_top_p': ((numbers.Real, type(None)), 'a number or None'),
+    'eos_id': ((numbers.Integral, type(None)), 'an integer or None'),
     'coordinator_address': ((str, type(None)), 'a string or None'),
     'num_processes': (numbers.Integral, _INTEGER), 'process_id': (numbers.Integral, _INTEGER),
     'process_timeout_s': (numbers.Real, _NUMBER), 'heartbeat_timeout_s': (numbers.Real, _NUMBER),
@@ -90,8 +95,13 @@ def check_settings(settings: dict[str, Any]) -> None:
   draft_config = settings['draft_config']
   if draft_config is not None and type(draft_config) is not type(settings['target_config']):
     raise ConfigError(f'the target is a {type(settings["target_config"]).__name__} and the draft '
-                      f'a {type(draft_config).__name__}: both encoder-decoder (T5Config) or both '
-                      'decoder-only (DecoderOnlyConfig)')
+                      f'a {type(draft_config).__name__}: a pair is of one kind, encoder-decoder '
+                      '(T5Config), T5X decoder-only (DecoderOnlyConfig) or Llama (LlamaConfig)')
+  eos_id = settings['eos_id']
+  if eos_id is not None and not -1 <= eos_id <= INT32_MAX:
+    raise ConfigError(f'eos_id (EOS_ID in gin) must be None (the model\'s own), -1 (no EOS) or an '
+                      f'id in 0..{INT32_MAX}, got {eos_id!r}')
+  stop_id(settings)
   limit = settings['memory_limit_gb']
   if limit is not None and (isinstance(limit, bool) or not 0.0 < limit < math.inf):  # NaN too
     raise ConfigError(f'memory_limit_gb (MEMORY_LIMIT_GB in gin) must be None (the '
@@ -121,12 +131,13 @@ def check_settings(settings: dict[str, Any]) -> None:
     _check_beam_only(settings)
 
 
-def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
+def check_vocabulary(vocabulary: Any, configs: dict[str, Any]) -> None:
   """Raises ConfigError unless the models embed exactly the vocabulary's ids (padded).
 
   The models' vocab_size must be the vocabulary's size, or that size padded up
   to a multiple of VOCAB_PADDING as T5X pads embeddings: a smaller vocabulary
   decodes ids it has no pieces for, a larger one feeds ids the models lack.
+  A Llama pair's vocab_size need only hold the tokenizer's ids.
   """
   model_file = getattr(vocabulary, 'sentencepiece_model_file', None)
   if model_file is not None and not epath.Path(model_file).exists():
@@ -140,6 +151,12 @@ def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
   if len(set(sizes.values())) > 1:
     raise ConfigError(f'draft vocab_size {sizes["draft"]} != target vocab_size {sizes["target"]}: '
                       'speculative sampling needs a shared vocabulary')
+  if isinstance(configs['target'], LlamaConfig):  # Hugging Face pads embeddings as it likes.
+    if size > sizes['target']:
+      raise ConfigError(f'the tokenizer ({getattr(vocabulary, "file", "VOCABULARY")}) has {size} '
+                        f'ids but the models\' vocab_size is {sizes["target"]}: the wrong '
+                        'tokenizer for these models?')
+    return
   padded = -(-size // VOCAB_PADDING) * VOCAB_PADDING
   if not size <= sizes['target'] <= padded:
     expected = str(size) if padded == size else f'{size}..{padded}'
@@ -150,7 +167,7 @@ def check_vocabulary(vocabulary: Any, configs: dict[str, T5Config]) -> None:
 
 
 def check_recorded_vocabularies(vocabulary: Any, paths: dict[str, str | None],
-                                configs: dict[str, T5Config], allow_mismatch: bool) -> None:
+                                configs: dict[str, Any], allow_mismatch: bool) -> None:
   """ConfigError when a checkpoint records another vocabulary than the run's (or the pair's)."""
   override = '--gin.ALLOW_VOCABULARY_MISMATCH=True'
   try:
@@ -158,11 +175,23 @@ def check_recorded_vocabularies(vocabulary: Any, paths: dict[str, str | None],
       for name in configs:
         checkpoints.check_vocabulary(paths[name], vocabulary, allow_mismatch=allow_mismatch,
                                      override=override)
-    if 'draft' in configs:
+    if 'draft' in configs and isinstance(configs['target'], LlamaConfig):
+      _check_tokenizer_pair(paths['target'], paths['draft'], allow_mismatch, override)
+    elif 'draft' in configs:
       checkpoints.check_vocabulary_pair(paths['target'], paths['draft'],
                                         allow_mismatch=allow_mismatch, override=override)
   except (ValueError, FileNotFoundError) as e:
     raise ConfigError(str(e)) from None
+
+
+def _check_tokenizer_pair(target: str, draft: str, allow_mismatch: bool, override: str) -> None:
+  """ConfigError when two Hugging Face folders' tokenizer files (the same names) differ."""
+  differ = llama_hf.differing_tokenizers(llama_hf.tokenizer_fingerprint(target),
+                                         llama_hf.tokenizer_fingerprint(draft))
+  if differ and not allow_mismatch:
+    raise ConfigError(f'the target ({target}) and the draft ({draft}) have different '
+                      f'{" and ".join(differ)} files: their ids may mean different text; if they '
+                      f'share the vocabulary all the same, {override}')
 
 
 # Settings decode='beam' does not use, with their neutral values.
@@ -201,6 +230,24 @@ def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: i
     raise ConfigError(f'{e} (BEAM_SIZE, DRAFT_WIDTH, BATCH_SIZE in gin)') from None
 
 
+def stop_id(settings: dict[str, Any]) -> int:
+  """The id that ends a row: EOS_ID, else the target's own (T5's 1; a Llama config's EOS).
+
+  Raises:
+    ConfigError: a Llama config that lists several EOS ids (the loops stop
+      at one) and no EOS_ID.
+  """
+  config = settings['target_config']
+  if settings['eos_id'] is not None:
+    return settings['eos_id']
+  if not isinstance(config, LlamaConfig):
+    return EOS_ID
+  if len(config.eos_token_ids) > 1:
+    raise ConfigError(f'the target\'s config lists several EOS ids {list(config.eos_token_ids)} '
+                      'and decoding stops at one: choose it with --gin.EOS_ID=N')
+  return config.eos_token_ids[0] if config.eos_token_ids else -1
+
+
 def loop_options(settings: dict[str, Any], *, speculate: bool) -> decoding.LoopOptions:
   """The decoding loop's static options from the settings (gamma 0 without a draft).
 
@@ -212,7 +259,8 @@ def loop_options(settings: dict[str, Any], *, speculate: bool) -> decoding.LoopO
     return decoding.LoopOptions(
         settings['max_decode_len'], settings['gamma'] if speculate else 0,
         settings['verification'] if speculate else 'token',
-        settings['verify_lengths'] if speculate else None, EOS_ID, settings['check_finite'])
+        settings['verify_lengths'] if speculate else None, stop_id(settings),
+        settings['check_finite'])
   except ValueError as e:
     raise ConfigError(f'{e} (MAX_DECODE_LEN, GAMMA, VERIFICATION, VERIFY_LENGTHS in gin)') from None
 

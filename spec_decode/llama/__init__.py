@@ -3,6 +3,7 @@
   config   LlamaConfig, read from a Hugging Face config.json
   network  the Flax network: RoPE, grouped-query attention, SwiGLU, RMS norm; prompt caches
   hf       safetensors weights and tokenizer fingerprints of a checkpoint folder
+  tokenizer  the folder's tokenizer (tokenizer.json or tokenizer.model): text to ids and back
   model    LlamaModel (start -> step function and cache), generate, speculative_generate
 """
 

@@ -104,3 +104,10 @@ def tokenizer_fingerprint(path: str) -> tuple[tuple[str, str], ...]:
   directory = path if os.path.isdir(path) else os.path.dirname(path)
   files = [(name, os.path.join(directory, name)) for name in TOKENIZER_FILES]
   return tuple((name, text.fingerprint(file)) for name, file in files if os.path.isfile(file))
+
+
+def differing_tokenizers(target: tuple[tuple[str, str], ...],
+                         draft: tuple[tuple[str, str], ...]) -> list[str]:
+  """The tokenizer files both fingerprints (`tokenizer_fingerprint`) hold, whose sha256 differ."""
+  target, draft = dict(target), dict(draft)
+  return sorted(name for name in target.keys() & draft.keys() if target[name] != draft[name])

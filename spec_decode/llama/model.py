@@ -62,7 +62,8 @@ class LlamaModel:
     return cls(config, _init_params(config, rng))
 
   @classmethod
-  def load(cls, path: str, dtype: str = 'float32') -> 'LlamaModel':
+  def load(cls, path: str, dtype: str = 'float32',
+           config: LlamaConfig | None = None) -> 'LlamaModel':
     """A Hugging Face Llama checkpoint folder on the default device.
 
     Args:
@@ -71,13 +72,15 @@ class LlamaModel:
         tokenizer.model, if any, is fingerprinted.
       dtype: the parameters' and activations' dtype, 'float32' (default) or
         'bfloat16'.
+      config: the config the arrays must fit (its dtype then wins over
+        `dtype`); None reads the folder's config.json.
 
     Raises:
       FileNotFoundError: no config or weights.
       ValueError: a config that is not plain Llama, or arrays missing,
         unexpected, of the wrong shape or of an integer dtype (named).
     """
-    config = LlamaConfig.from_hf(path, dtype)
+    config = LlamaConfig.from_hf(path, dtype) if config is None else config
     return cls(config, jax.device_put(hf.read_hf(path, config)), hf.tokenizer_fingerprint(path))
 
   def start(self, prompt_tokens: jax.Array, capacity: int,
@@ -126,9 +129,7 @@ def check_shared_vocabulary(target: LlamaModel, draft: LlamaModel, *,
   lm.check_pair(target, draft)
   if allow_tokenizer_mismatch:
     return
-  target_files, draft_files = dict(target.tokenizer), dict(draft.tokenizer)
-  differ = [name for name in target_files.keys() & draft_files.keys()
-            if target_files[name] != draft_files[name]]
+  differ = hf.differing_tokenizers(target.tokenizer, draft.tokenizer)
   if differ:
     raise ValueError(f'the target and the draft have different {" and ".join(sorted(differ))} '
                      '(sha256): their token ids may mean different text; pass '
