@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
+from spec_decode import kernels
 from spec_decode.llama.config import LlamaConfig
 from spec_decode.t5 import layers
 from spec_decode.t5.network import KeyValue
@@ -61,7 +62,8 @@ def rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
 def _dense(cfg: LlamaConfig, features: int, name: str) -> nn.Dense:
   return nn.Dense(features, use_bias=False, dtype=cfg.compute_dtype,
-                  param_dtype=cfg.compute_dtype, kernel_init=_init, name=name)
+                  param_dtype=cfg.compute_dtype, kernel_init=_init, name=name,
+                  dot_general=kernels.dot_general)
 
 
 class Attention(nn.Module):
@@ -158,7 +160,8 @@ class LlamaNetwork(nn.Module):
     self.norm = _norm(cfg)
     if not cfg.tie_word_embeddings:
       self.lm_head = nn.Dense(cfg.vocab_size, use_bias=False, dtype=jnp.float32,
-                              param_dtype=cfg.compute_dtype, kernel_init=_init)
+                              param_dtype=cfg.compute_dtype, kernel_init=_init,
+                              dot_general=kernels.dot_general)
 
   def __call__(self, tokens: jax.Array) -> jax.Array:
     """[B, L] int32 tokens at positions 0..L-1 -> [B, L, V] float32 logits, no cache."""

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
+from spec_decode import kernels
 from spec_decode.t5 import layers
 from spec_decode.t5 import network
 from spec_decode.t5.config import T5Config
@@ -92,7 +93,7 @@ class DecoderStack(nn.Module):
     self.decoder_norm = network.norm(cfg)
     self.logits_dense = nn.Dense(
         cfg.vocab_size, use_bias=False, dtype=jnp.float32, param_dtype=cfg.weight_dtype,
-        kernel_init=layers.dense_init)
+        kernel_init=layers.dense_init, dot_general=kernels.dot_general)
     self.dropout = network.dropout(cfg)
 
   def __call__(self, tokens: jax.Array, buffers: tuple[KeyValue, ...] | None = None,

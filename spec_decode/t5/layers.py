@@ -16,6 +16,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from spec_decode import kernels
+
 # Added to the attention scores of masked keys (T5X's value).
 NEG_INF = -1e10
 
@@ -77,7 +79,7 @@ class MultiHeadAttention(nn.Module):
   def setup(self):
     project = lambda features, init: nn.Dense(
         features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=init)
+        kernel_init=init, dot_general=kernels.dot_general)
     inner = self.num_heads * self.head_dim
     depth_scaling = math.sqrt(self.head_dim)
     self.query = project(inner, lambda *args: attention_init(*args) / depth_scaling)
@@ -144,7 +146,7 @@ class MlpBlock(nn.Module):
     """[B, L, E] -> [B, L, E]."""
     dense = lambda features, name: nn.Dense(
         features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=dense_init, name=name)
+        kernel_init=dense_init, name=name, dot_general=kernels.dot_general)
     # nn.gelu is the tanh approximation, as in T5X (and HF's gelu_new).
     h = nn.gelu(dense(self.mlp_dim, 'wi_0')(x)) * dense(self.mlp_dim, 'wi_1')(x)
     h = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))(h, deterministic=deterministic)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
+from spec_decode import kernels
 from spec_decode.t5.config import T5Config
 from spec_decode.t5 import layers
 
@@ -247,7 +248,7 @@ class Decoder(nn.Module):
     # Untied output layer; T5 1.1 does not rescale its input.
     self.logits_dense = nn.Dense(
         cfg.vocab_size, use_bias=False, dtype=jnp.float32, param_dtype=cfg.weight_dtype,
-        kernel_init=layers.dense_init)
+        kernel_init=layers.dense_init, dot_general=kernels.dot_general)
     self.dropout = dropout(cfg)
 
   def cross_kv(self, encoded: jax.Array) -> tuple[KeyValue, ...]:

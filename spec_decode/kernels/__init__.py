@@ -1,0 +1,101 @@
+"""CPU kernels for the products of a few rows: a verify pass priced closer to one step.
+
+The paper's speedup rests on scoring gamma + 1 positions in about the time of
+one, because a decoding step is bound by reading the weights. XLA:CPU
+multiplies one row by a weight matrix as a GEMV, but 2-16 rows as a GEMM that
+packs the weights on every call (on the EPYC machines measured, 4 rows of the
+demo target cost 2.2 single steps). `dense` multiplies 1..16 rows in one pass
+over the weights (dense.cc, compiled on first use by spec_decode.kernels.build
+and registered through the XLA FFI).
+
+`dot_general` is `lax.dot_general` with that kernel where it applies, and the
+T5 layers give it to their `nn.Dense` products: float32 operands, 1..16 rows,
+the default backend a CPU and a single device (a mesh keeps XLA's products,
+which its partitioner can split). Everything else, accelerators and training
+batches included, is XLA's as before. The baseline's one-row steps run the
+same kernel as the verify pass, and a row's result does not depend on how many
+rows share the call.
+
+  SPEC_DECODE_CPU_KERNELS=0   XLA's products everywhere (read when a function
+                              is traced: set it before the process starts)
+
+Where no compiler or no library is available the first product to want the
+kernel warns once and XLA's products are used.
+"""
+
+import functools
+import math
+import os
+import warnings
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from spec_decode.kernels import build
+
+MAX_ROWS = 16
+SWITCH = 'SPEC_DECODE_CPU_KERNELS'
+
+
+def enabled() -> bool:
+  """False when the environment turns the kernels off (SPEC_DECODE_CPU_KERNELS=0)."""
+  return os.environ.get(SWITCH, '1').strip().lower() not in ('0', 'false', 'off', 'no')
+
+
+@functools.cache
+def available() -> bool:
+  """Whether the kernels are built and registered; warns once (and says why) if not."""
+  try:
+    build.load()
+  except build.BuildError as e:
+    warnings.warn(f'spec_decode CPU kernels unavailable, XLA\'s products are used instead: {e}',
+                  RuntimeWarning, stacklevel=2)
+    return False
+  return True
+
+
+def applies(x: jax.Array, w: jax.Array) -> bool:
+  """Whether `dense(x, w)` runs the kernel: see the module's docstring."""
+  rows = math.prod(x.shape[:-1])
+  return (enabled() and x.dtype == w.dtype == jnp.float32 and w.ndim == 2
+          and x.shape[-1] == w.shape[0] and 1 <= rows <= MAX_ROWS
+          and jax.default_backend() == 'cpu' and jax.device_count() == 1 and available())
+
+
+@jax.custom_vjp
+def dense(x: jax.Array, w: jax.Array) -> jax.Array:
+  """x @ w by the kernel: x [..., in] with 1..16 rows in all, w [in, out], float32 -> [..., out].
+
+  Differentiable (the gradients are XLA's products); under vmap each mapped
+  slice is a call of its own.
+  """
+  out = jax.ShapeDtypeStruct(x.shape[:-1] + (w.shape[1],), jnp.float32)
+  return jax.ffi.ffi_call('spec_decode_dense', out, vmap_method='sequential')(x, w)
+
+
+def _dense_forward(x, w):
+  return dense(x, w), (x, w)
+
+
+def _dense_backward(residuals, dy):
+  x, w = residuals
+  dx = jnp.einsum('...o,io->...i', dy, w)
+  dw = jnp.einsum('...i,...o->io', x, dy)
+  return dx, dw
+
+
+dense.defvjp(_dense_forward, _dense_backward)
+
+
+def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers, precision=None,
+                preferred_element_type=None) -> jax.Array:
+  """`lax.dot_general`, by `dense` for nn.Dense's product where the kernel applies."""
+  (lhs_contract, rhs_contract), batch = dimension_numbers
+  if (tuple(lhs_contract) == (lhs.ndim - 1,) and tuple(rhs_contract) == (0,)
+      and not any(batch) and preferred_element_type in (None, jnp.float32)
+      and applies(lhs, rhs)):
+    return dense(lhs, rhs)
+  return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                         preferred_element_type=preferred_element_type)
+

@@ -1,0 +1,126 @@
+"""Compiles the CPU kernels once per machine and registers them with XLA.
+
+`load()` compiles `dense.cc` into a library with the system's C++ compiler (`$CXX`, else g++
+or c++) against the XLA FFI headers that ship with jaxlib
+(`jax.ffi.include_dir()`), for the CPU that builds it (-march=native), into a
+cache folder, and registers its handler as an XLA:CPU FFI target. The library's
+name holds a hash of the source, the compiler, the flags, jaxlib's version and
+the CPU's model and instruction set, so a change of any of them builds a new
+one, and a home folder shared by machines of other CPUs never loads a library
+built for another instruction set. A build writes to a temporary file and
+renames it: processes that build at once (test workers) each end with a whole
+library.
+
+  python -m spec_decode.kernels   # builds now, prints the library's path
+
+Cache folder: $SPEC_DECODE_KERNEL_CACHE, else $XDG_CACHE_HOME/spec_decode
+(~/.cache/spec_decode).
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+import jax
+import jaxlib
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = (os.path.join(_HERE, 'dense.cc'),)
+# FFI target name -> the library's handler symbol.
+TARGETS = {'spec_decode_dense': 'SpecDecodeDense'}
+FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-std=c++17', '-shared', '-fPIC', '-w')
+COMPILE_TIMEOUT_S = 300
+
+
+class BuildError(RuntimeError):
+  """The kernels could not be compiled or loaded (the message says why)."""
+
+
+def cache_dir() -> str:
+  """Where built libraries are kept."""
+  if os.environ.get('SPEC_DECODE_KERNEL_CACHE'):
+    return os.environ['SPEC_DECODE_KERNEL_CACHE']
+  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+  return os.path.join(base, 'spec_decode')
+
+
+def compiler() -> str:
+  """The C++ compiler's path; BuildError if there is none."""
+  for name in (os.environ.get('CXX'), 'g++', 'c++'):
+    path = name and shutil.which(name)
+    if path:
+      return path
+  raise BuildError('no C++ compiler ($CXX, g++ or c++) on PATH')
+
+
+def _cpu() -> str:
+  """The CPU's model name and instruction-set flags (Linux), else the platform's name."""
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
+      lines = [line for line in f if line.startswith(('model name', 'flags', 'Features'))]
+    return ''.join(sorted(set(lines)))
+  except OSError:
+    return platform.processor() or platform.machine()
+
+
+def library_path(cxx: str) -> str:
+  """The cache path of the library this machine, compiler and jaxlib build."""
+  sources = []
+  for source in SOURCES:
+    with open(source, 'rb') as f:
+      sources.append(f.read())
+  key = hashlib.sha256(b'\0'.join([*sources, cxx.encode(), ' '.join(FLAGS).encode(),
+                                   jaxlib.__version__.encode(), _cpu().encode()]))
+  return os.path.join(cache_dir(), f'kernels-{key.hexdigest()[:16]}.so')
+
+
+def build() -> str:
+  """Compiles the library unless it is cached; returns its path.
+
+  Raises:
+    BuildError: no compiler, a compile error (its output quoted), or a compile
+      that took longer than COMPILE_TIMEOUT_S.
+  """
+  cxx = compiler()
+  path = library_path(cxx)
+  if os.path.isfile(path):
+    return path
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  handle, temporary = tempfile.mkstemp(suffix='.so', dir=os.path.dirname(path))
+  os.close(handle)
+  command = [cxx, *FLAGS, f'-I{jax.ffi.include_dir()}', *SOURCES, '-o', temporary]
+  try:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
+                          check=False)
+    if done.returncode:
+      raise BuildError(f'{" ".join(command)} failed:\n{done.stderr[-2000:]}')
+    os.replace(temporary, path)
+  except subprocess.TimeoutExpired:
+    raise BuildError(f'compiling {", ".join(SOURCES)} took more than {COMPILE_TIMEOUT_S} s') from None
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+  return path
+
+
+@functools.cache
+def load() -> str:
+  """Builds (or finds) the library, registers its FFI targets for XLA:CPU; returns its path.
+
+  Raises:
+    BuildError: as `build`, or a library that does not load.
+  """
+  path = build()
+  try:
+    library = ctypes.cdll.LoadLibrary(path)
+    for target, symbol in TARGETS.items():
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)),
+                                  platform='cpu')
+  except (OSError, AttributeError) as e:
+    raise BuildError(f'{path} does not load: {e}') from None
+  return path
