@@ -99,9 +99,10 @@ static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
   const float* xp = x.typed_data();
   const float* wp = w.typed_data();
   float* yp = y->typed_data();
-  constexpr int64_t kChunk = 256;  // columns per work item
-  constexpr int64_t kParallelElements = 1 << 17;
-  int64_t chunks = (out + kChunk - 1) / kChunk;
+  // Columns per work item: whole 32-column tiles, half of a small product's.
+  const int64_t chunk = out >= 1024 ? 256 : ((out + 1) / 2 + 31) / 32 * 32;
+  constexpr int64_t kParallelElements = 1 << 14;
+  int64_t chunks = (out + chunk - 1) / chunk;
   if (chunks < 2 || in * out < kParallelElements || pool.num_threads() < 1) {
     fn(xp, wp, yp, in, out, 0, out);
     return ffi::Error::Success();
@@ -110,7 +111,7 @@ static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
   auto work = [=]() {
     int64_t c;
     while ((c = shared->next.fetch_add(1)) < chunks) {
-      int64_t n0 = c * kChunk, n1 = n0 + kChunk < out ? n0 + kChunk : out;
+      int64_t n0 = c * chunk, n1 = n0 + chunk < out ? n0 + chunk : out;
       fn(xp, wp, yp, in, out, n0, n1);
       shared->done.fetch_add(1, std::memory_order_release);
     }
