@@ -80,8 +80,8 @@ def test_gradients_are_xla_s():
 
 
 def test_t5_steps_take_the_kernel_and_match_xla(monkeypatch):
-  """A T5 decoding step over 3 positions: the products go through the kernel, and the logits
-  equal XLA's to float32 rounding."""
+  """A T5 decoding step over 3 positions: its products and attention go through the kernels,
+  and the logits equal XLA's to float32 rounding."""
   model = models.T5Model.random(t5_1_1('nano', vocab_size=256), jax.random.key(0))
   inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 9)), jnp.int32)
 
@@ -90,6 +90,7 @@ def test_t5_steps_take_the_kernel_and_match_xla(monkeypatch):
     return step_fn(jnp.full((2, 3), 5, jnp.int32), cache)[0]
 
   assert _uses_kernel(logits, model, inputs)
+  assert 'spec_decode_attention' in jax.jit(logits).lower(model, inputs).as_text()
   ours = np.asarray(jax.jit(logits)(model, inputs))
   monkeypatch.setenv(kernels.SWITCH, '0')
   jax.clear_caches()

@@ -8,15 +8,22 @@ demo target cost 2.2 single steps). `dense` multiplies 1..16 rows in one pass
 over the weights (dense.cc, compiled on first use by spec_decode.kernels.build
 and registered through the XLA FFI).
 
+`attention` computes a decoding step's attention over the cache for 1..16
+query positions in one call (dot products, bias, softmax, weighted sum;
+attention.cc): XLA:CPU runs the batched products of 2..16 positions as small
+GEMMs, most of what a demo-size verify call cost beyond one position.
+
 `dot_general` is `lax.dot_general` with that kernel where it applies, and the
 T5 layers give it to their `nn.Dense` products: float32 operands, 1..16 rows,
 the default backend a CPU and a single device (a mesh keeps XLA's products,
 which its partitioner can split). Everything else, accelerators and training
-batches included, is XLA's as before. The baseline's one-row steps run the
-same kernel as the verify pass, and a row's result does not depend on how many
-rows share the call.
+batches included, is XLA's as before; `t5.layers.MultiHeadAttention` takes
+`attention` where `attention_applies` (float32, head width a multiple of 16,
+no dropout). The baseline's one-row steps run the same kernels as the verify
+pass, and a row's (a query's) result does not depend on how many share the
+call.
 
-  SPEC_DECODE_CPU_KERNELS=0   XLA's products everywhere (read when a function
+  SPEC_DECODE_CPU_KERNELS=0   XLA's products and attention everywhere (read when a function
                               is traced: set it before the process starts)
 
 Where no compiler or no library is available the first product to want the
@@ -99,3 +106,52 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers, precision=Non
   return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                          preferred_element_type=preferred_element_type)
 
+
+
+def _attention_reference(query, key, value, bias):
+  """XLA's attention, the same function as `attention`: see there for the shapes."""
+  scores = jnp.einsum('blhd,bhtd->bhlt', query, key, preferred_element_type=jnp.float32)
+  weights = jax.nn.softmax(scores + bias, axis=-1)
+  return jnp.einsum('bhlt,bhtd->blhd', weights, value)
+
+
+def attention_applies(query: jax.Array, key: jax.Array, value: jax.Array,
+                      bias: jax.Array) -> bool:
+  """Whether `attention(query, key, value, bias)` runs the kernel (see `attention`)."""
+  b, length, h, depth = query.shape
+  bias_ok = bias.ndim == 4 and all(
+      n in (1, full) for n, full in zip(bias.shape, (b, h, length, key.shape[2])))
+  return (enabled() and query.ndim == 4 and key.ndim == 4 and key.shape == value.shape
+          and key.shape[:2] == (b, h) and key.shape[3] == depth and depth % 16 == 0
+          and 1 <= length <= MAX_ROWS and bias_ok and bias.shape[3] == key.shape[2]
+          and all(a.dtype == jnp.float32 for a in (query, key, value, bias))
+          and jax.default_backend() == 'cpu' and jax.device_count() == 1 and available())
+
+
+@jax.custom_vjp
+def attention(query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array) -> jax.Array:
+  """softmax(q . k + bias) v by the kernel, all float32.
+
+  Args:
+    query: [B, L, H, Dh], 1 <= L <= 16, Dh a multiple of 16.
+    key: [B, H, T, Dh].
+    value: [B, H, T, Dh].
+    bias: [B or 1, H or 1, L or 1, T] (masks and position biases).
+
+  Returns:
+    [B, L, H, Dh]. Differentiable (the gradients are XLA's).
+  """
+  out = jax.ShapeDtypeStruct(query.shape, jnp.float32)
+  return jax.ffi.ffi_call('spec_decode_attention', out, vmap_method='sequential')(
+      query, key, value, bias)
+
+
+def _attention_forward(query, key, value, bias):
+  return attention(query, key, value, bias), (query, key, value, bias)
+
+
+def _attention_backward(residuals, dy):
+  return jax.vjp(_attention_reference, *residuals)[1](dy)
+
+
+attention.defvjp(_attention_forward, _attention_backward)

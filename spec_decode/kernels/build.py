@@ -1,9 +1,9 @@
 """Compiles the CPU kernels once per machine and registers them with XLA.
 
-`load()` compiles `dense.cc` into a library with the system's C++ compiler (`$CXX`, else g++
+`load()` compiles `dense.cc` and `attention.cc` into one library with the system's C++ compiler (`$CXX`, else g++
 or c++) against the XLA FFI headers that ship with jaxlib
 (`jax.ffi.include_dir()`), for the CPU that builds it (-march=native), into a
-cache folder, and registers its handler as an XLA:CPU FFI target. The library's
+cache folder, and registers its handlers as XLA:CPU FFI targets. The library's
 name holds a hash of the source, the compiler, the flags, jaxlib's version and
 the CPU's model and instruction set, so a change of any of them builds a new
 one, and a home folder shared by machines of other CPUs never loads a library
@@ -30,9 +30,9 @@ import jax
 import jaxlib
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = (os.path.join(_HERE, 'dense.cc'),)
+SOURCES = (os.path.join(_HERE, 'dense.cc'), os.path.join(_HERE, 'attention.cc'))
 # FFI target name -> the library's handler symbol.
-TARGETS = {'spec_decode_dense': 'SpecDecodeDense'}
+TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_attention': 'SpecDecodeAttention'}
 FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-std=c++17', '-shared', '-fPIC', '-w')
 COMPILE_TIMEOUT_S = 300
 

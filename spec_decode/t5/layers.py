@@ -115,7 +115,14 @@ class MultiHeadAttention(nn.Module):
     Returns:
       [B, L, E].
     """
-    query = self._heads(self.query(inputs_q))  # [B, H, L, Dh]
+    query = self.query(inputs_q)  # [B, L, H * Dh]
+    query = query.reshape(query.shape[:-1] + (self.num_heads, self.head_dim))  # [B, L, H, Dh]
+    if deterministic or self.dropout_rate == 0:
+      bias4 = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
+      if kernels.attention_applies(query, key, value, bias4):
+        x = kernels.attention(query, key, value, bias4)  # [B, L, H, Dh]
+        return self.out(x.reshape(x.shape[:-2] + (-1,)))
+    query = jnp.swapaxes(query, 1, 2)  # [B, H, L, Dh]
     scores = jnp.einsum('bhld,bhtd->bhlt', query, key, preferred_element_type=jnp.float32)
     weights = jax.nn.softmax(scores + bias, axis=-1)  # [B, H, L, T] float32
     weights = self.dropout(weights, deterministic=deterministic)

@@ -1,0 +1,226 @@
+// Cached attention of 1..16 query positions for XLA:CPU through the XLA FFI.
+//
+// XLA:CPU computes a decoding step's attention as two batched products and a
+// softmax between them; for 2..16 query positions the products go to a batched GEMM
+// that costs a demo-size call more than all of its weight products. Here one call
+// does all of it, per (batch row, head) and query position:
+//   s[t] = q . k[t] + bias[t];  w = softmax(s);  out = sum_t w[t] v[t]
+// Every query position is computed alone with a fixed order of operations (the
+// dot products summed by one fixed tree of lane shuffles), so its result does not
+// depend on how many positions share the call.
+//
+// Built by spec_decode/kernels/build.py with dense.cc; its handler SpecDecodeAttention
+// is registered as the FFI target spec_decode_attention.
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t i16 __attribute__((vector_size(64)));
+
+static inline v16 Load(const float* p) {
+  v16 v;
+  std::memcpy(&v, p, 64);
+  return v;
+}
+
+static inline void Store(float* p, v16 v) { std::memcpy(p, &v, 64); }
+
+// Lane-wise sums of pairs: lanes 0..7 from a, 8..15 from b, each the sum of two lanes
+// of its source, so that repeated halving turns 16 vectors into their 16 lane sums.
+#define PAIR(a, b, lo, hi) \
+  (__builtin_shufflevector(a, b, lo) + __builtin_shufflevector(a, b, hi))
+#define L1_LO 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define L1_HI 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define L2_LO 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define L2_HI 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+#define L3_LO 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29
+#define L3_HI 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31
+#define L4_LO 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define L4_HI 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+
+// [16] vectors -> one vector whose lane t is the sum of p[t]'s lanes.
+static inline v16 LaneSums(v16* p) {
+  v16 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) a[i] = PAIR(p[2 * i], p[2 * i + 1], L1_LO, L1_HI);
+  for (int i = 0; i < 4; ++i) b[i] = PAIR(a[2 * i], a[2 * i + 1], L2_LO, L2_HI);
+  for (int i = 0; i < 2; ++i) c[i] = PAIR(b[2 * i], b[2 * i + 1], L3_LO, L3_HI);
+  return PAIR(c[0], c[1], L4_LO, L4_HI);
+}
+
+// exp(x) for float32 lanes (Cephes' expf polynomial): within 2 ulp; 0 below -87.3.
+static inline v16 Exp(v16 x) {
+  const v16 lo = v16{} - 87.33654f, hi = v16{} + 88.72283f;
+  i16 underflow = x < lo;
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  v16 n = x * 1.44269504088896341f + 0.5f;
+  i16 ni = __builtin_convertvector(n, i16);
+  ni += (i16)(__builtin_convertvector(ni, v16) > n);  // floor (true is -1)
+  n = __builtin_convertvector(ni, v16);
+  x = x - n * 0.693359375f + n * 2.12194440e-4f;
+  v16 p = v16{} + 1.9875691500e-4f;
+  p = p * x + 1.3981999507e-3f;
+  p = p * x + 8.3334519073e-3f;
+  p = p * x + 4.1665795894e-2f;
+  p = p * x + 1.6666665459e-1f;
+  p = p * x + 5.0000001201e-1f;
+  p = p * x * x + x + 1.0f;
+  i16 bits;
+  std::memcpy(&bits, &p, 64);
+  bits += (ni << 23);
+  std::memcpy(&p, &bits, 64);
+  i16 keep = ~(i16)underflow;
+  std::memcpy(&bits, &p, 64);
+  bits &= keep;
+  std::memcpy(&p, &bits, 64);
+  return p;
+}
+
+struct Shapes {
+  int64_t batch, length, heads, depth, keys;  // B, L, H, Dh, T
+  int64_t bias_batch, bias_heads, bias_length;  // each 1 or B, H, L
+};
+
+// One (batch row, head): all L query positions over all T keys.
+static void Head(const Shapes& s, int64_t b, int64_t h, const float* q, const float* k,
+                 const float* v, const float* bias, float* out, float* scores) {
+  const int64_t T = s.keys, D = s.depth, blocks = (T + 15) / 16;
+  const float* kh = k + (b * s.heads + h) * T * D;
+  const float* vh = v + (b * s.heads + h) * T * D;
+  for (int64_t l = 0; l < s.length; ++l) {
+    const float* ql = q + ((b * s.length + l) * s.heads + h) * D;
+    const float* bl = bias + (((s.bias_batch > 1 ? b : 0) * s.bias_heads +
+                               (s.bias_heads > 1 ? h : 0)) * s.bias_length +
+                              (s.bias_length > 1 ? l : 0)) * T;
+    // Scores, 16 keys at a time; missing keys of the last block are zeros, dropped.
+    v16 top = v16{} - INFINITY;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      v16 partial[16];
+      for (int j = 0; j < 16; ++j) {
+        int64_t t = blk * 16 + j;
+        v16 acc = v16{};
+        if (t < T)
+          for (int64_t d = 0; d < D; d += 16) acc += Load(ql + d) * Load(kh + t * D + d);
+        partial[j] = acc;
+      }
+      v16 sums = LaneSums(partial);
+      float lanes[16];
+      Store(lanes, sums);
+      for (int j = 0; j < 16 && blk * 16 + j < T; ++j) {
+        float x = lanes[j] + bl[blk * 16 + j];
+        scores[blk * 16 + j] = x;
+      }
+    }
+    for (int64_t t = T; t < blocks * 16; ++t) scores[t] = -INFINITY;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      v16 x = Load(scores + blk * 16);
+      top = x > top ? x : top;
+    }
+    float m = -INFINITY;
+    for (int j = 0; j < 16; ++j) m = top[j] > m ? top[j] : m;
+    // Softmax: exp(s - max), summed in a fixed order, divided by the sum.
+    v16 total = v16{};
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      v16 e = Exp(Load(scores + blk * 16) - m);
+      Store(scores + blk * 16, e);
+      total += e;
+    }
+    float sum = 0.f;
+    for (int j = 0; j < 16; ++j) sum += total[j];
+    for (int64_t blk = 0; blk < blocks; ++blk)
+      Store(scores + blk * 16, Load(scores + blk * 16) / sum);
+    // out = sum_t w[t] v[t], t increasing.
+    float* ol = out + ((b * s.length + l) * s.heads + h) * D;
+    for (int64_t d = 0; d < D; d += 64) {
+      const int64_t chunks = (D - d) / 16 < 4 ? (D - d) / 16 : 4;
+      v16 acc[4] = {v16{}, v16{}, v16{}, v16{}};
+      for (int64_t t = 0; t < T; ++t) {
+        v16 w = v16{} + scores[t];
+        for (int c = 0; c < chunks; ++c) acc[c] += w * Load(vh + t * D + d + 16 * c);
+      }
+      for (int c = 0; c < chunks; ++c) Store(ol + d + 16 * c, acc[c]);
+    }
+  }
+}
+
+static inline void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+struct Shared {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+};
+
+// q [B, L, H, Dh], k and v [B, H, T, Dh], bias [Bb, Hb, Lb, T] with each of Bb, Hb, Lb
+// 1 or B, H, L -> out [B, L, H, Dh]; float32, Dh a multiple of 16. Calls of more than
+// kParallelWork multiply-adds split the (row, head) pairs with one thread of XLA's pool.
+static ffi::Error AttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q,
+                                ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                                ffi::Buffer<ffi::F32> bias, ffi::ResultBuffer<ffi::F32> out) {
+  auto qd = q.dimensions(), kd = k.dimensions(), bd = bias.dimensions();
+  auto vd = v.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || bd.size() != 4 || vd.size() != 4 ||
+      vd[0] != kd[0] || vd[1] != kd[1] || vd[2] != kd[2] || vd[3] != kd[3])
+    return ffi::Error::InvalidArgument("spec_decode_attention: q, k, v and bias of rank 4");
+  Shapes s{qd[0], qd[1], qd[2], qd[3], kd[2], bd[0], bd[1], bd[2]};
+  if (kd[0] != s.batch || kd[1] != s.heads || kd[3] != s.depth || s.depth % 16 ||
+      s.length < 1 || s.length > 16 || s.keys < 1 || bd[3] != s.keys ||
+      (s.bias_batch != 1 && s.bias_batch != s.batch) ||
+      (s.bias_heads != 1 && s.bias_heads != s.heads) ||
+      (s.bias_length != 1 && s.bias_length != s.length))
+    return ffi::Error::InvalidArgument(
+        "spec_decode_attention: q [B, L <= 16, H, Dh % 16 == 0], k, v [B, H, T, Dh], "
+        "bias [1 or B, 1 or H, 1 or L, T]");
+  const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data();
+  const float* bp = bias.typed_data();
+  float* op = out->typed_data();
+  const int64_t pairs = s.batch * s.heads, padded = (s.keys + 15) / 16 * 16;
+  auto run = [=](int64_t first, int64_t last) {
+    thread_local std::vector<float> scores;
+    if (static_cast<int64_t>(scores.size()) < padded) scores.resize(padded);
+    for (int64_t i = first; i < last; ++i)
+      Head(s, i / s.heads, i % s.heads, qp, kp, vp, bp, op, scores.data());
+  };
+  constexpr int64_t kParallelWork = 1 << 16;
+  if (pairs < 2 || pairs * s.length * s.keys * s.depth < kParallelWork || pool.num_threads() < 1) {
+    run(0, pairs);
+    return ffi::Error::Success();
+  }
+  // Two halves of the (row, head) pairs; the caller takes any the pool thread has not.
+  const int64_t chunks = 2, chunk = (pairs + 1) / 2;
+  auto shared = std::make_shared<Shared>();
+  auto work = [=]() {
+    int64_t c;
+    while ((c = shared->next.fetch_add(1)) < chunks) {
+      int64_t first = c * chunk, last = first + chunk < pairs ? first + chunk : pairs;
+      run(first, last);
+      shared->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  pool.Schedule([=]() { work(); });
+  work();
+  while (shared->done.load(std::memory_order_acquire) < chunks) Pause();
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeAttention, AttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
