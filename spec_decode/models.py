@@ -14,6 +14,7 @@ parameters, inputs, PRNG keys and sampling values.
   out.tokens  # [B, 128]
 """
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -29,6 +30,7 @@ from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode import drafting
 from spec_decode import drafts
+from spec_decode import kernels
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 from spec_decode import speculative_beam
@@ -43,10 +45,34 @@ class T5Model:
   Attributes:
     config: the T5Config; static (part of the pytree structure).
     params: the parameter tree in T5X layout (see spec_decode.t5.network).
+    panels: None, or packed copies of the kernels a decoder step multiplies
+      (`with_panels`); keyword-only. `replace(params=...)` drops them.
   """
 
   config: T5Config = flax.struct.field(pytree_node=False)
   params: Any
+  panels: Any = flax.struct.field(default=None, kw_only=True)
+
+  def with_panels(self) -> 'T5Model':
+    """This model with `panels` where the CPU kernels would use them, else itself.
+
+    The decoder's kernels except the cross-attention keys and values (computed
+    once per input) are packed (`kernels.pack`): a decoder step then reads
+    each weight matrix as one stream, bitwise the same products, for twice
+    the decoder's weights in memory. Packed once per model and cached.
+    """
+    if self.panels is not None or not kernels.packing_pays(self.params):
+      return self
+    if '_with_panels' not in self.__dict__:
+      panels = kernels.pack_tree(self.params, _step_kernel)
+      object.__setattr__(self, '_with_panels', self.replace(panels=panels))
+    return self.__dict__['_with_panels']
+
+  def variables(self) -> dict:
+    """The variables `network.apply` takes: params, and panels where there are some."""
+    if self.panels is None:
+      return {'params': self.params}
+    return {'params': self.params, kernels.PANELS: self.panels}
 
   @property
   def network(self) -> Transformer:
@@ -59,7 +85,7 @@ class T5Model:
   @classmethod
   def random(cls, config: T5Config, rng: jax.Array) -> 'T5Model':
     """Freshly initialised parameters (T5X's initialisers)."""
-    return cls(config, _init_params(config, rng))
+    return cls(config, _init_params(config, rng)).with_panels()
 
   @classmethod
   def load(cls, path: str, config: T5Config, dtype=None) -> 'T5Model':
@@ -76,7 +102,7 @@ class T5Model:
       ValueError: arrays missing, unexpected or of the wrong shape for
         `config`; the message names each.
     """
-    return cls(config, jax.device_put(checkpoints.load_params(path, config, dtype)))
+    return cls(config, jax.device_put(checkpoints.load_params(path, config, dtype))).with_panels()
 
   def start(self, encoder_input_tokens: jax.Array,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
@@ -91,7 +117,7 @@ class T5Model:
       `step_fn(tokens [B, K], cache) -> (logits [B, K, V] float32, cache)`
       closed over these parameters, and the fresh cache (index 0).
     """
-    network, variables = self.network, {'params': self.params}
+    network, variables = self.network, self.variables()
     encoded = network.apply(variables, encoder_input_tokens, method=Transformer.encode)
     cache = network.apply(variables, encoded, encoder_input_tokens, capacity,
                           method=Transformer.init_cache)
@@ -100,6 +126,17 @@ class T5Model:
       return network.apply(variables, tokens, cache, method=Transformer.decode)
 
     return step_fn, cache
+
+
+def _replace(self, **updates) -> T5Model:
+  """dataclasses.replace; new params without new panels drop the panels (never stale)."""
+  if 'params' in updates and 'panels' not in updates:
+    updates['panels'] = None
+  return dataclasses.replace(self, **updates)
+
+
+# flax.struct.dataclass sets a plain `replace` on the class it decorates.
+T5Model.replace = _replace
 
 
 # The logit of a token a PrunedHeadDraft does not score: finite (check_finite
@@ -155,11 +192,15 @@ class PrunedHeadDraft:
   def vocab_size(self) -> int:
     return self.model.vocab_size
 
+  def with_panels(self) -> 'PrunedHeadDraft':
+    """This draft over `model.with_panels()`."""
+    return self.replace(model=self.model.with_panels())
+
   def start(self, encoder_input_tokens: jax.Array,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
     """As `T5Model.start`; the logits are PRUNED_LOGIT outside `ids`."""
     _, cache = self.model.start(encoder_input_tokens, capacity)
-    network, variables = self.model.network, {'params': self.model.params}
+    network, variables = self.model.network, self.model.variables()
 
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
       features, cache = network.apply(variables, tokens, cache,
@@ -173,6 +214,17 @@ class PrunedHeadDraft:
 
 
 @functools.partial(jax.jit, static_argnums=0)
+def _step_kernel(path: tuple[str, ...]) -> bool:
+  """Whether a parameter path names a kernel of a decoder step (`T5Model.with_panels`)."""
+  return (path[0] == 'decoder' and path[-1] == 'kernel'
+          and not ('encoder_decoder_attention' in path and path[-2] in ('key', 'value')))
+
+
+def _with_panels(model):
+  """`model.with_panels()` where the model (or draft provider) has it."""
+  return model.with_panels() if hasattr(model, 'with_panels') else model
+
+
 def _init_params(config: T5Config, rng: jax.Array) -> Any:
   tokens = jnp.ones((1, 1), jnp.int32)
   return Transformer(config).init(rng, tokens, tokens)['params']
@@ -208,8 +260,8 @@ def generate(model: T5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
   encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
                                                          model.vocab_size)
   options = decoding.LoopOptions(max_decode_len, eos_id=eos_id, check_finite=check_finite)
-  return _decode(model, None, encoder_input_tokens, api_checks.check_rng(rng), options,
-                 sampling=sampling, prompt=prompt)
+  return _decode(_with_panels(model), None, encoder_input_tokens, api_checks.check_rng(rng),
+                 options, sampling=sampling, prompt=prompt)
 
 
 def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
@@ -268,7 +320,8 @@ def speculative_generate(target: T5Model, draft: T5Model | drafts.DraftProvider,
   drafting.check_threshold(confidence_threshold)
   options = decoding.LoopOptions(max_decode_len, decoding.check_size('gamma', gamma),
                                  verification, verify_lengths, eos_id, check_finite)
-  return _decode(target, draft, encoder_input_tokens, api_checks.check_rng(rng), options,
+  return _decode(_with_panels(target), _with_panels(draft), encoder_input_tokens,
+                 api_checks.check_rng(rng), options,
                  sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
                  confidence_threshold=confidence_threshold, prompt=prompt)
 
@@ -316,16 +369,17 @@ def beam_generate(target: T5Model, encoder_input_tokens: jax.Array, *, beam_size
   if draft is None:
     beam_size, _ = api_checks.check_beam_settings(beam_size, batch=batch,
                                                   vocab_size=target.vocab_size)
-    return _beam_generate(target, None, encoder_input_tokens, alpha, beam_size=beam_size,
-                          max_decode_len=max_decode_len, draft_width=1, gamma=0, eos_id=eos_id,
-                          check_finite=check_finite)
+    return _beam_generate(_with_panels(target), None, encoder_input_tokens, alpha,
+                          beam_size=beam_size, max_decode_len=max_decode_len, draft_width=1,
+                          gamma=0, eos_id=eos_id, check_finite=check_finite)
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'draft vocab_size {draft.vocab_size} != target vocab_size '
                      f'{target.vocab_size}: the draft proposes the target\'s tokens')
   beam_size, draft_width = api_checks.check_beam_settings(
       beam_size, batch=batch, vocab_size=target.vocab_size, draft_width=draft_width)
-  return _beam_generate(target, draft, encoder_input_tokens, alpha, beam_size=beam_size,
-                        max_decode_len=max_decode_len, draft_width=draft_width,
+  return _beam_generate(_with_panels(target), _with_panels(draft), encoder_input_tokens, alpha,
+                        beam_size=beam_size, max_decode_len=max_decode_len,
+                        draft_width=draft_width,
                         gamma=decoding.check_size('gamma', gamma), eos_id=eos_id,
                         check_finite=check_finite)
 

@@ -189,6 +189,10 @@ class ShardedT5Model(models.T5Model):
   mesh: Mesh = flax.struct.field(pytree_node=False)
   rules: Rules = flax.struct.field(pytree_node=False)
 
+  def with_panels(self) -> 'ShardedT5Model':
+    """Itself: a mesh keeps XLA's products (see spec_decode.kernels)."""
+    return self
+
   def shardings(self) -> 'ShardedT5Model':
     """The model with its parameters' NamedShardings as leaves (jit's in_shardings)."""
     return self.replace(params=param_shardings(self.params, self.mesh, self.rules))

@@ -3,15 +3,24 @@
 // XLA:CPU multiplies one row by a weight matrix as a GEMV that streams the weights
 // once, but 2-16 rows as a GEMM that packs the weights on every call, so a verify
 // call over K positions costs up to 2-3 single steps on some CPUs. Here every row
-// is multiplied in the pass that streams the weights once: for each tile of 32
-// output columns (two 16-float vectors), each weight row i is loaded once and
-// multiplied into the accumulators of all M rows. Each output element is the sum
-// over i in increasing order of fused multiply-adds, whatever M is and whichever
+// is multiplied in the pass that streams the weights once: for each tile of output
+// columns, each weight row i is loaded once and multiplied into the accumulators of
+// all M rows. Each output element is the sum over i in increasing order of fused
+// multiply-adds, whatever M is, whichever layout the weights come in and whichever
 // thread computes its tile: a row's result does not depend on the rows beside it.
 //
+// Two layouts of the weights:
+// - SpecDecodeDense: w [in, out] as stored. A tile reads 128 bytes of each of the
+//   `in` rows, `out` floats apart, which streams at about half the bandwidth of a
+//   contiguous read on the machines measured.
+// - SpecDecodeDensePanels: w packed once into panels [ceil(out / 64), in, 64] (zero
+//   columns past `out`), each panel contiguous: a 64-column tile reads one stream.
+//   Each group of 4 rows takes a block of a panel in one pass (the accumulators
+//   must fit the registers); the block is then in L2 for the other groups' passes.
+//
 // Built by spec_decode/kernels/build.py with the system compiler for the machine
-// it runs on (-march=native); its handler SpecDecodeDense is registered as the FFI
-// target spec_decode_dense.
+// it runs on (-march=native); its handlers are registered as the FFI targets
+// spec_decode_dense and spec_decode_dense_panels.
 
 #include <atomic>
 #include <cstdint>
@@ -24,26 +33,40 @@ namespace ffi = xla::ffi;
 constexpr int64_t kPrefetchRows = 16;
 typedef float v16 __attribute__((vector_size(64)));
 
-// y[m, n0:n0 + 16 NV] of all M rows: one pass over w's rows, i increasing.
+// y[m, 0:cols] (row m at y + m * y_stride) of all M rows (row m at x + m * x_stride)
+// from w's 16 NV columns at w (row i at w + i * w_stride), over i = 0..count - 1 in
+// increasing order; `resume` starts the sums from y's values instead of 0 (a pass
+// over later rows of w: the same sequence of multiply-adds as one pass).
 template <int M, int NV>
-static inline void Tile(const float* __restrict x, const float* __restrict w, float* __restrict y,
-                        int64_t in, int64_t out, int64_t n0) {
+static inline void Tile(const float* __restrict x, int64_t x_stride, int64_t count,
+                        const float* __restrict w, int64_t w_stride, float* __restrict y,
+                        int64_t y_stride, int64_t cols, bool resume) {
   v16 acc[M][NV];
-  for (int m = 0; m < M; ++m)
-    for (int v = 0; v < NV; ++v) acc[m][v] = v16{};
-  const float* wr = w + n0;
-  for (int64_t i = 0; i < in; ++i, wr += out) {
-    for (int v = 0; v < NV; ++v) __builtin_prefetch(wr + kPrefetchRows * out + 16 * v);
+  for (int m = 0; m < M; ++m) {
+    float row[16 * NV] = {};
+    if (resume)
+      for (int64_t n = 0; n < cols; ++n) row[n] = y[m * y_stride + n];
+    __builtin_memcpy(acc[m], row, 64 * NV);
+  }
+  const float* wr = w;
+  for (int64_t i = 0; i < count; ++i, wr += w_stride) {
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(wr + kPrefetchRows * w_stride + 16 * v);
     v16 wv[NV];
     for (int v = 0; v < NV; ++v) __builtin_memcpy(&wv[v], wr + 16 * v, 64);
     for (int m = 0; m < M; ++m) {
-      float s = x[m * in + i];
-      v16 xv = v16{} + s;
-      for (int v = 0; v < NV; ++v) acc[m][v] += xv * wv[v];
+      float s = x[m * x_stride + i];  // s * vector: a broadcast folded into the multiply-add
+      for (int v = 0; v < NV; ++v) acc[m][v] += s * wv[v];
     }
   }
-  for (int m = 0; m < M; ++m)
-    for (int v = 0; v < NV; ++v) __builtin_memcpy(y + m * out + n0 + 16 * v, &acc[m][v], 64);
+  for (int m = 0; m < M; ++m) {
+    if (cols == 16 * NV) {
+      __builtin_memcpy(y + m * y_stride, acc[m], 64 * NV);
+    } else {
+      float row[16 * NV];
+      __builtin_memcpy(row, acc[m], 64 * NV);
+      for (int64_t n = 0; n < cols; ++n) y[m * y_stride + n] = row[n];
+    }
+  }
 }
 
 // Columns n_begin..n_end of all M rows: 32-column tiles, then 16, then one at a time.
@@ -52,8 +75,8 @@ static void Columns(const float* x, const float* w, float* y, int64_t in, int64_
                     int64_t n_begin, int64_t n_end) {
   constexpr int NV = M <= 8 ? 2 : 1;
   int64_t n = n_begin;
-  for (; n + 16 * NV <= n_end; n += 16 * NV) Tile<M, NV>(x, w, y, in, out, n);
-  for (; n + 16 <= n_end; n += 16) Tile<M, 1>(x, w, y, in, out, n);
+  for (; n + 16 * NV <= n_end; n += 16 * NV) Tile<M, NV>(x, in, in, w + n, out, y + n, out, 16 * NV, false);
+  for (; n + 16 <= n_end; n += 16) Tile<M, 1>(x, in, in, w + n, out, y + n, out, 16, false);
   for (; n < n_end; ++n)
     for (int m = 0; m < M; ++m) {
       float acc = 0.f;
@@ -62,11 +85,48 @@ static void Columns(const float* x, const float* w, float* y, int64_t in, int64_
     }
 }
 
+constexpr int64_t kPanel = 64;
+// Weight rows per pass over a panel: 128 KB, held in L2 for the passes of the other rows.
+constexpr int64_t kPanelBlock = 512;
+
+// One pass over a block of a panel for G = 1..4 rows of x.
+static void PanelPass(int g, const float* x, int64_t in, int64_t count, const float* w,
+                      float* y, int64_t out, int64_t cols, bool resume) {
+  switch (g) {
+    case 1: return Tile<1, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    case 2: return Tile<2, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    case 3: return Tile<3, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    default: return Tile<4, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+  }
+}
+
+// Columns n_begin..n_end (multiples of kPanel, or n_end = out) of all M rows from the
+// panels [ceil(out / 64), in, 64]: per panel and block of kPanelBlock weight rows, one
+// pass for each group of 4 rows of x (16 accumulators fill half of the registers).
+template <int M>
+static void Panels(const float* x, const float* w, float* y, int64_t in, int64_t out,
+                   int64_t n_begin, int64_t n_end) {
+  for (int64_t n = n_begin; n < n_end; n += kPanel) {
+    const float* panel = w + n / kPanel * in * kPanel;
+    const int64_t cols = n_end - n < kPanel ? n_end - n : kPanel;
+    for (int64_t i0 = 0; i0 < in; i0 += kPanelBlock) {
+      const int64_t count = in - i0 < kPanelBlock ? in - i0 : kPanelBlock;
+      for (int g = 0; g < M; g += 4)
+        PanelPass(M - g < 4 ? M - g : 4, x + g * in + i0, in, count, panel + i0 * kPanel,
+                  y + g * out + n, out, cols, i0 > 0);
+    }
+  }
+}
+
 typedef void (*ColumnsFn)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
 static const ColumnsFn kColumns[16] = {
     Columns<1>, Columns<2>, Columns<3>, Columns<4>, Columns<5>, Columns<6>, Columns<7>, Columns<8>,
     Columns<9>, Columns<10>, Columns<11>, Columns<12>, Columns<13>, Columns<14>, Columns<15>,
     Columns<16>};
+static const ColumnsFn kPanels[16] = {
+    Panels<1>, Panels<2>, Panels<3>, Panels<4>, Panels<5>, Panels<6>, Panels<7>, Panels<8>,
+    Panels<9>, Panels<10>, Panels<11>, Panels<12>, Panels<13>, Panels<14>, Panels<15>,
+    Panels<16>};
 
 static inline void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -82,10 +142,36 @@ struct Shared {
   std::atomic<int64_t> done{0};
 };
 
-// x [..., in] with 1..16 rows in all, w [in, out] -> y [..., out], float32. Products of
-// at least kParallelElements weights are split between the caller and one thread of
-// XLA's intra-op pool by chunks of columns; the caller takes every chunk the pool
-// thread has not started, so it never waits on a thread that did not run.
+// fn over columns 0..out, split between the caller and one thread of XLA's intra-op pool
+// by chunks of whole `granule`-column tiles when the product has at least
+// kParallelElements weights; the caller takes every chunk the pool thread has not
+// started, so it never waits on a thread that did not run.
+static void Run(ffi::ThreadPool& pool, ColumnsFn fn, const float* x, const float* w, float* y,
+                int64_t in, int64_t out, int64_t granule) {
+  constexpr int64_t kParallelElements = 1 << 14;
+  const int64_t tiles = (out + granule - 1) / granule;
+  // Columns per work item: 256, or half of a small product's.
+  const int64_t chunk = out >= 1024 ? 256 : (tiles + 1) / 2 * granule;
+  const int64_t chunks = (out + chunk - 1) / chunk;
+  if (chunks < 2 || in * out < kParallelElements || pool.num_threads() < 1) {
+    fn(x, w, y, in, out, 0, out);
+    return;
+  }
+  auto shared = std::make_shared<Shared>();
+  auto work = [=]() {
+    int64_t c;
+    while ((c = shared->next.fetch_add(1)) < chunks) {
+      int64_t n0 = c * chunk, n1 = n0 + chunk < out ? n0 + chunk : out;
+      fn(x, w, y, in, out, n0, n1);
+      shared->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  pool.Schedule([=]() { work(); });
+  work();
+  while (shared->done.load(std::memory_order_acquire) < chunks) Pause();
+}
+
+// x [..., in] with 1..16 rows in all, w [in, out] -> y [..., out], float32.
 static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                             ffi::ResultBuffer<ffi::F32> y) {
   auto wd = w.dimensions();
@@ -93,38 +179,37 @@ static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
     return ffi::Error::InvalidArgument("spec_decode_dense: x [..., in], w [in, out]");
   int64_t in = wd[0], out = wd[1];
   int64_t rows = x.element_count() / in;
-  if (rows < 1 || rows > 16)
-    return ffi::Error::InvalidArgument("spec_decode_dense: 1..16 rows of x");
-  ColumnsFn fn = kColumns[rows - 1];
-  const float* xp = x.typed_data();
-  const float* wp = w.typed_data();
-  float* yp = y->typed_data();
-  // Columns per work item: whole 32-column tiles, half of a small product's.
-  const int64_t chunk = out >= 1024 ? 256 : ((out + 1) / 2 + 31) / 32 * 32;
-  constexpr int64_t kParallelElements = 1 << 14;
-  int64_t chunks = (out + chunk - 1) / chunk;
-  if (chunks < 2 || in * out < kParallelElements || pool.num_threads() < 1) {
-    fn(xp, wp, yp, in, out, 0, out);
-    return ffi::Error::Success();
-  }
-  auto shared = std::make_shared<Shared>();
-  auto work = [=]() {
-    int64_t c;
-    while ((c = shared->next.fetch_add(1)) < chunks) {
-      int64_t n0 = c * chunk, n1 = n0 + chunk < out ? n0 + chunk : out;
-      fn(xp, wp, yp, in, out, n0, n1);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  pool.Schedule([=]() { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < chunks) Pause();
+  if (rows < 1 || rows > 16 || y->element_count() != rows * out)
+    return ffi::Error::InvalidArgument("spec_decode_dense: 1..16 rows of x, y [..., out]");
+  Run(pool, kColumns[rows - 1], x.typed_data(), w.typed_data(), y->typed_data(), in, out, 32);
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDense, DenseImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+// x [..., in] with 1..16 rows in all, panels [ceil(out / 64), in, 64] -> y [..., out].
+static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                                  ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+  auto wd = w.dimensions();
+  auto yd = y->dimensions();
+  if (wd.size() != 3 || wd[1] < 1 || wd[2] != kPanel || yd.size() < 1 ||
+      x.element_count() % wd[1])
+    return ffi::Error::InvalidArgument(
+        "spec_decode_dense_panels: x [..., in], panels [ceil(out / 64), in, 64], y [..., out]");
+  int64_t in = wd[1], out = yd[yd.size() - 1];
+  int64_t rows = x.element_count() / in;
+  if (rows < 1 || rows > 16 || y->element_count() != rows * out ||
+      wd[0] != (out + kPanel - 1) / kPanel)
+    return ffi::Error::InvalidArgument(
+        "spec_decode_dense_panels: 1..16 rows of x and ceil(out / 64) panels");
+  Run(pool, kPanels[rows - 1], x.typed_data(), w.typed_data(), y->typed_data(), in, out, kPanel);
+  return ffi::Error::Success();
+}
+
+#define SPEC_DECODE_DENSE_BINDING                 \
+  ffi::Ffi::Bind()                                \
+      .Ctx<ffi::ThreadPool>()                     \
+      .Arg<ffi::Buffer<ffi::F32>>()               \
+      .Arg<ffi::Buffer<ffi::F32>>()               \
+      .Ret<ffi::Buffer<ffi::F32>>()
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDense, DenseImpl, SPEC_DECODE_DENSE_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDensePanels, DensePanelsImpl, SPEC_DECODE_DENSE_BINDING);

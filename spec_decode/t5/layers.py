@@ -54,6 +54,39 @@ class RMSNorm(nn.Module):
     return y * scale.astype(self.dtype)
 
 
+class Dense(nn.Module):
+  """nn.Dense without a bias, whose product takes the CPU kernels where they apply.
+
+  The parameter is nn.Dense's ('kernel', [in, features]). When the variables
+  hold a packed copy of it in the `kernels.PANELS` collection (from
+  `models.T5Model.with_panels`), a product of 1..16 rows reads that copy
+  (`kernels.dense_panels`, bitwise the same result); otherwise
+  `kernels.dot_general` decides between the kernel and XLA's product.
+
+  Attributes:
+    features: the output width.
+    kernel_init: the kernel's initialiser.
+    dtype: compute dtype.
+    param_dtype: parameter dtype.
+  """
+
+  features: int
+  kernel_init: nn.initializers.Initializer = nn.initializers.lecun_normal()
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """[..., in] -> [..., features] in `dtype`."""
+    kernel = self.param('kernel', self.kernel_init, (x.shape[-1], self.features), self.param_dtype)
+    x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=self.dtype)
+    if self.has_variable(kernels.PANELS, 'kernel'):
+      panels = self.get_variable(kernels.PANELS, 'kernel')
+      if kernels.panels_apply(x, panels, kernel):
+        return kernels.dense_panels(x, panels, kernel)
+    return kernels.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head dot-product attention without 1/sqrt(Dh) in the forward pass.
 
@@ -77,9 +110,8 @@ class MultiHeadAttention(nn.Module):
   param_dtype: jnp.dtype = jnp.float32
 
   def setup(self):
-    project = lambda features, init: nn.Dense(
-        features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=init, dot_general=kernels.dot_general)
+    project = lambda features, init: Dense(
+        features, kernel_init=init, dtype=self.dtype, param_dtype=self.param_dtype)
     inner = self.num_heads * self.head_dim
     depth_scaling = math.sqrt(self.head_dim)
     self.query = project(inner, lambda *args: attention_init(*args) / depth_scaling)
@@ -151,9 +183,9 @@ class MlpBlock(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
     """[B, L, E] -> [B, L, E]."""
-    dense = lambda features, name: nn.Dense(
-        features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=dense_init, name=name, dot_general=kernels.dot_general)
+    dense = lambda features, name: Dense(
+        features, kernel_init=dense_init, dtype=self.dtype, param_dtype=self.param_dtype,
+        name=name)
     # nn.gelu is the tanh approximation, as in T5X (and HF's gelu_new).
     h = nn.gelu(dense(self.mlp_dim, 'wi_0')(x)) * dense(self.mlp_dim, 'wi_1')(x)
     h = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))(h, deterministic=deterministic)

@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
-from spec_decode import kernels
 from spec_decode.t5.config import T5Config
 from spec_decode.t5 import layers
 
@@ -246,9 +245,9 @@ class Decoder(nn.Module):
     self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers)]
     self.decoder_norm = norm(cfg)
     # Untied output layer; T5 1.1 does not rescale its input.
-    self.logits_dense = nn.Dense(
-        cfg.vocab_size, use_bias=False, dtype=jnp.float32, param_dtype=cfg.weight_dtype,
-        kernel_init=layers.dense_init, dot_general=kernels.dot_general)
+    self.logits_dense = layers.Dense(
+        cfg.vocab_size, kernel_init=layers.dense_init, dtype=jnp.float32,
+        param_dtype=cfg.weight_dtype)
     self.dropout = dropout(cfg)
 
   def cross_kv(self, encoded: jax.Array) -> tuple[KeyValue, ...]:

@@ -1,0 +1,88 @@
+"""Packed weights for the CPU dense kernel (kernels.pack, kernels.dense_panels, T5Model.with_panels)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_decode import kernels
+from spec_decode import models
+from spec_decode.t5.config import t5_1_1
+
+# (in, out): whole panels, a partial last panel, fewer columns than a panel, and more
+# weight rows than one block of a panel pass (the sums resume from the output).
+SHAPES = [(384, 768), (384, 200), (17, 5), (1300, 130)]
+
+
+@pytest.fixture(scope='module', autouse=True)
+def built():
+  assert kernels.available(), 'the kernels did not build on this machine'
+
+
+def test_pack_lays_out_64_column_panels_padded_with_zeros():
+  w = jnp.arange(5 * 70, dtype=jnp.float32).reshape(5, 70)
+  panels = np.asarray(kernels.pack(w))
+  assert panels.shape == (2, 5, 64)
+  np.testing.assert_array_equal(panels[0], w[:, :64])
+  np.testing.assert_array_equal(panels[1, :, :6], w[:, 64:])
+  assert not panels[1, :, 6:].any()
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+def test_panel_products_are_bitwise_the_kernel_s_and_accurate(shape):
+  rng = np.random.default_rng(sum(shape))
+  w = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+  panels = kernels.pack(w)
+  by_panels = jax.jit(kernels.dense_panels)
+  by_rows = jax.jit(kernels.dense)
+  x = jnp.asarray(rng.standard_normal((kernels.MAX_ROWS, shape[0])), jnp.float32)
+  alone = np.concatenate([np.asarray(by_panels(x[i:i + 1], panels, w)) for i in range(len(x))])
+  for rows in range(1, kernels.MAX_ROWS + 1):
+    ours = np.asarray(by_panels(x[:rows], panels, w))
+    np.testing.assert_array_equal(ours, np.asarray(by_rows(x[:rows], w)), err_msg=f'{rows} rows')
+    np.testing.assert_array_equal(ours, alone[:rows], err_msg=f'{rows} rows')
+  exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+  assert np.max(np.abs(alone - exact)) <= 1e-5 * np.max(np.abs(exact))
+
+
+def test_panel_gradients_are_xla_s():
+  rng = np.random.default_rng(1)
+  x, w = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((3, 8), (8, 70)))
+  loss = lambda x, w: jnp.sum(jnp.sin(kernels.dense_panels(x, kernels.pack(w), w)))
+  ours = jax.grad(loss, argnums=(0, 1))(x, w)
+  theirs = jax.grad(lambda x, w: jnp.sum(jnp.sin(x @ w)), argnums=(0, 1))(x, w)
+  for a, b in zip(ours, theirs):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+
+
+def _step_logits(model, inputs):
+  step_fn, cache = model.start(inputs, 8)
+  return step_fn(jnp.full((2, 3), 5, jnp.int32), cache)[0]
+
+
+def test_t5_steps_read_the_panels_and_equal_the_unpacked_model_bitwise():
+  model = models.T5Model.random(t5_1_1('nano', vocab_size=256), jax.random.key(0))
+  assert model.panels is not None, 'T5Model.random did not pack on one CPU device'
+  packed = set(jax.tree_util.tree_map(lambda _: 0, model.panels)['decoder']['layers_0']
+               ['encoder_decoder_attention'])
+  assert packed == {'query', 'out'}, packed  # keys and values are computed once per input
+  unpacked = models.T5Model(model.config, model.params)
+  inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 9)), jnp.int32)
+  assert 'spec_decode_dense_panels' in jax.jit(_step_logits).lower(model, inputs).as_text()
+  assert 'spec_decode_dense_panels' not in jax.jit(_step_logits).lower(unpacked,
+                                                                        inputs).as_text()
+  np.testing.assert_array_equal(jax.jit(_step_logits)(model, inputs),
+                                jax.jit(_step_logits)(unpacked, inputs))
+
+
+def test_panels_are_dropped_with_new_params_and_kept_off_where_they_would_not_be_read(
+    monkeypatch):
+  model = models.T5Model.random(t5_1_1('nano', vocab_size=256), jax.random.key(0))
+  assert model.with_panels() is model
+  unpacked = model.replace(params=jax.tree_util.tree_map(lambda a: a * 2, model.params))
+  assert unpacked.panels is None
+  assert unpacked.with_panels() is unpacked.with_panels()  # packed once, then cached
+  as_numpy = models.T5Model(model.config, jax.tree_util.tree_map(np.asarray, model.params))
+  assert as_numpy.with_panels().panels is None  # a numpy array could change after packing
+  monkeypatch.setenv(kernels.SWITCH, '0')
+  assert models.T5Model(model.config, model.params).with_panels().panels is None
