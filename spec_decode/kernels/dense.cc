@@ -15,7 +15,7 @@
 //   contiguous read on the machines measured.
 // - SpecDecodeDensePanels: w packed once into panels [ceil(out / 64), in, 64] (zero
 //   columns past `out`), each panel contiguous: a 64-column tile reads one stream.
-//   Each group of 4 rows takes a block of a panel in one pass (the accumulators
+//   Each group of up to 6 rows takes a block of a panel in one pass (the accumulators
 //   must fit the registers); the block is then in L2 for the other groups' passes.
 //
 // Built by spec_decode/kernels/build.py with the system compiler for the machine
@@ -89,20 +89,26 @@ constexpr int64_t kPanel = 64;
 // Weight rows per pass over a panel: 128 KB, held in L2 for the passes of the other rows.
 constexpr int64_t kPanelBlock = 512;
 
-// One pass over a block of a panel for G = 1..4 rows of x.
+// Rows of x per pass over a panel block: 6 x 4 accumulators and the 4 weight vectors
+// fill 28 of the 32 vector registers of AVX-512.
+constexpr int kGroup = 6;
+
+// One pass over a block of a panel for g = 1..kGroup rows of x.
 static void PanelPass(int g, const float* x, int64_t in, int64_t count, const float* w,
                       float* y, int64_t out, int64_t cols, bool resume) {
   switch (g) {
     case 1: return Tile<1, 4>(x, in, count, w, kPanel, y, out, cols, resume);
     case 2: return Tile<2, 4>(x, in, count, w, kPanel, y, out, cols, resume);
     case 3: return Tile<3, 4>(x, in, count, w, kPanel, y, out, cols, resume);
-    default: return Tile<4, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    case 4: return Tile<4, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    case 5: return Tile<5, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    default: return Tile<6, 4>(x, in, count, w, kPanel, y, out, cols, resume);
   }
 }
 
 // Columns n_begin..n_end (multiples of kPanel, or n_end = out) of all M rows from the
 // panels [ceil(out / 64), in, 64]: per panel and block of kPanelBlock weight rows, one
-// pass for each group of 4 rows of x (16 accumulators fill half of the registers).
+// pass for each group of kGroup rows of x.
 template <int M>
 static void Panels(const float* x, const float* w, float* y, int64_t in, int64_t out,
                    int64_t n_begin, int64_t n_end) {
@@ -111,8 +117,8 @@ static void Panels(const float* x, const float* w, float* y, int64_t in, int64_t
     const int64_t cols = n_end - n < kPanel ? n_end - n : kPanel;
     for (int64_t i0 = 0; i0 < in; i0 += kPanelBlock) {
       const int64_t count = in - i0 < kPanelBlock ? in - i0 : kPanelBlock;
-      for (int g = 0; g < M; g += 4)
-        PanelPass(M - g < 4 ? M - g : 4, x + g * in + i0, in, count, panel + i0 * kPanel,
+      for (int g = 0; g < M; g += kGroup)
+        PanelPass(M - g < kGroup ? M - g : kGroup, x + g * in + i0, in, count, panel + i0 * kPanel,
                   y + g * out + n, out, cols, i0 > 0);
     }
   }
