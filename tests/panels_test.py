@@ -45,6 +45,28 @@ def test_panel_products_are_bitwise_the_kernel_s_and_accurate(shape):
   assert np.max(np.abs(alone - exact)) <= 1e-5 * np.max(np.abs(exact))
 
 
+@pytest.mark.parametrize('shape', SHAPES)
+def test_bfloat16_panels_of_bfloat16_weights_give_the_float32_products_bitwise(shape):
+  rng = np.random.default_rng(sum(shape) + 1)
+  w = jnp.asarray(rng.standard_normal(shape), jnp.bfloat16).astype(jnp.float32)
+  assert kernels.exact_in_bfloat16(w)
+  panels = kernels.pack(w, jnp.bfloat16)
+  x = jnp.asarray(rng.standard_normal((kernels.MAX_ROWS, shape[0])), jnp.float32)
+  for rows in (1, 2, 4, 5, 6, 7, 12, 16):
+    np.testing.assert_array_equal(jax.jit(kernels.dense_panels)(x[:rows], panels, w),
+                                  jax.jit(kernels.dense)(x[:rows], w), err_msg=f'{rows} rows')
+
+
+def test_pack_tree_packs_in_bfloat16_only_what_bfloat16_holds():
+  rng = np.random.default_rng(2)
+  held = jnp.asarray(rng.standard_normal((8, 70)), jnp.bfloat16).astype(jnp.float32)
+  params = {'a': {'kernel': held}, 'b': {'kernel': held + 1e-3}, 'c': {'scale': held[0]}}
+  packed = kernels.pack_tree(params, lambda path: path[-1] == 'kernel')
+  assert packed['a']['kernel'].dtype == jnp.bfloat16
+  assert packed['b']['kernel'].dtype == jnp.float32
+  assert 'c' not in packed
+
+
 def test_panel_gradients_are_xla_s():
   rng = np.random.default_rng(1)
   x, w = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((3, 8), (8, 70)))

@@ -22,8 +22,8 @@ GEMMs, most of what a demo-size verify call cost beyond one position.
 `dot_general` is `lax.dot_general` with that kernel where it applies, and the
 T5 layers' `Dense` (t5.layers) takes it, or `dense_panels` where the variables
 hold panels: float32 operands, 1..16 rows, the default backend a CPU and a
-single device (a mesh keeps XLA's products, which its partitioner can split). Everything else, accelerators and training
-batches included, is XLA's as before; `t5.layers.MultiHeadAttention` takes
+single device (a mesh keeps XLA's products, which its partitioner can split).
+Everything else, accelerators and training batches included, is XLA's as before; `t5.layers.MultiHeadAttention` takes
 `attention` where `attention_applies` (float32, head width a multiple of 16,
 no dropout). The baseline's one-row steps run the same kernels as the verify
 pass, and a row's (a query's) result does not depend on how many share the
@@ -119,22 +119,32 @@ PANEL = 64
 PANELS = 'panels'  # the flax collection that holds packed copies of kernels
 
 
-def pack(w: jax.Array) -> jax.Array:
-  """w [in, out] -> panels [ceil(out / 64), in, 64], zero columns past out.
+def pack(w: jax.Array, dtype=jnp.float32) -> jax.Array:
+  """w [in, out] -> panels [ceil(out / 64), in, 64] in `dtype`, zero columns past out.
 
   The layout `dense_panels` streams: each 64-column panel is contiguous, so a
   product reads the weights in one stream instead of 128-byte pieces of every
   row (about twice as fast on the machines measured). Packed once per model
-  (`models.T5Model.with_panels`), never per step.
+  (`models.T5Model.with_panels`), never per step. bfloat16 panels halve what
+  a step reads; they give the float32 product bitwise only for weights that
+  bfloat16 holds exactly (`exact_in_bfloat16`), e.g. a bfloat16 checkpoint's.
   """
   width, out = w.shape
   count = -(-out // PANEL)
-  padded = jnp.pad(w, ((0, 0), (0, count * PANEL - out)))
+  padded = jnp.pad(w, ((0, 0), (0, count * PANEL - out))).astype(dtype)
   return jnp.transpose(padded.reshape(width, count, PANEL), (1, 0, 2))
+
+
+def exact_in_bfloat16(w: jax.Array) -> bool:
+  """Whether every element of float32 `w` is a bfloat16 value (a concrete array)."""
+  return bool(jnp.all(w.astype(jnp.bfloat16).astype(w.dtype) == w))
 
 
 def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool]) -> dict:
   """`pack` of each 2-D leaf of a nested-dict tree whose key path `select` takes.
+
+  A leaf bfloat16 holds exactly is packed in bfloat16 (the same products from
+  half the bytes), any other in float32.
 
   Returns:
     The nested dict of those panels alone, under the same keys (a flax
@@ -147,7 +157,7 @@ def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool]) -> dict:
       node = packed
       for name in names[:-1]:
         node = node.setdefault(name, {})
-      node[names[-1]] = pack(leaf)
+      node[names[-1]] = pack(leaf, jnp.bfloat16 if exact_in_bfloat16(leaf) else jnp.float32)
   return packed
 
 
@@ -166,24 +176,25 @@ def packing_pays(params: Any) -> bool:
 
 def panels_apply(x: jax.Array, panels: jax.Array, w: jax.Array) -> bool:
   """Whether `dense_panels(x, panels, w)` runs the kernel: `applies(x, w)` and panels of w."""
-  return (applies(x, w) and panels.dtype == jnp.float32
+  return (applies(x, w) and panels.dtype in (jnp.float32, jnp.bfloat16)
           and panels.shape == (-(-w.shape[1] // PANEL), w.shape[0], PANEL))
 
 
 @jax.custom_vjp
 def dense_panels(x: jax.Array, panels: jax.Array, w: jax.Array) -> jax.Array:
-  """x @ w by the kernel from `panels = pack(w)`: bitwise `dense(x, w)`.
+  """x @ w by the kernel from `panels = pack(w, dtype)`; bitwise `dense(x, w)` if they hold w.
 
   Args:
     x: [..., in], 1..16 rows in all, float32.
-    panels: pack(w), [ceil(out / 64), in, 64] float32.
+    panels: pack(w, dtype), [ceil(out / 64), in, 64] float32 or bfloat16.
     w: [in, out] float32, for the gradients (XLA's products) and the shape.
 
   Returns:
     [..., out] float32.
   """
   out = jax.ShapeDtypeStruct(x.shape[:-1] + (w.shape[1],), jnp.float32)
-  return jax.ffi.ffi_call('spec_decode_dense_panels', out, vmap_method='sequential')(x, panels)
+  target = 'spec_decode_dense_panels' + ('_bf16' if panels.dtype == jnp.bfloat16 else '')
+  return jax.ffi.ffi_call(target, out, vmap_method='sequential')(x, panels)
 
 
 def _dense_panels_forward(x, panels, w):

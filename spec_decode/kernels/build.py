@@ -33,6 +33,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (os.path.join(_HERE, 'dense.cc'), os.path.join(_HERE, 'attention.cc'))
 # FFI target name -> the library's handler symbol.
 TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': 'SpecDecodeDensePanels',
+           'spec_decode_dense_panels_bf16': 'SpecDecodeDensePanelsBf16',
            'spec_decode_attention': 'SpecDecodeAttention'}
 FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-std=c++17', '-shared', '-fPIC', '-w')
 COMPILE_TIMEOUT_S = 300

@@ -17,10 +17,13 @@
 //   columns past `out`), each panel contiguous: a 64-column tile reads one stream.
 //   Each group of up to 6 rows takes a block of a panel in one pass (the accumulators
 //   must fit the registers); the block is then in L2 for the other groups' passes.
+//   SpecDecodeDensePanelsBf16 reads bfloat16 panels, widened exactly to float32: for
+//   weights that bfloat16 holds (a bfloat16 checkpoint's) the same products from half
+//   the bytes.
 //
 // Built by spec_decode/kernels/build.py with the system compiler for the machine
 // it runs on (-march=native); its handlers are registered as the FFI targets
-// spec_decode_dense and spec_decode_dense_panels.
+// spec_decode_dense, spec_decode_dense_panels and spec_decode_dense_panels_bf16.
 
 #include <atomic>
 #include <cstdint>
@@ -32,14 +35,32 @@ namespace ffi = xla::ffi;
 // Weight rows fetched ahead of the one being multiplied.
 constexpr int64_t kPrefetchRows = 16;
 typedef float v16 __attribute__((vector_size(64)));
+typedef uint16_t h16 __attribute__((vector_size(32)));
+typedef uint32_t u16 __attribute__((vector_size(64)));
+
+// 16 weights as float32: float32 as stored, bfloat16 widened exactly (its bits are the
+// high half of the float32's).
+static inline v16 Load(const float* p) {
+  v16 v;
+  __builtin_memcpy(&v, p, 64);
+  return v;
+}
+static inline v16 Load(const uint16_t* p) {
+  h16 h;
+  __builtin_memcpy(&h, p, 32);
+  u16 bits = __builtin_convertvector(h, u16) << 16;
+  v16 v;
+  __builtin_memcpy(&v, &bits, 64);
+  return v;
+}
 
 // y[m, 0:cols] (row m at y + m * y_stride) of all M rows (row m at x + m * x_stride)
 // from w's 16 NV columns at w (row i at w + i * w_stride), over i = 0..count - 1 in
 // increasing order; `resume` starts the sums from y's values instead of 0 (a pass
 // over later rows of w: the same sequence of multiply-adds as one pass).
-template <int M, int NV>
+template <int M, int NV, typename W = float>
 static inline void Tile(const float* __restrict x, int64_t x_stride, int64_t count,
-                        const float* __restrict w, int64_t w_stride, float* __restrict y,
+                        const W* __restrict w, int64_t w_stride, float* __restrict y,
                         int64_t y_stride, int64_t cols, bool resume) {
   v16 acc[M][NV];
   for (int m = 0; m < M; ++m) {
@@ -48,11 +69,11 @@ static inline void Tile(const float* __restrict x, int64_t x_stride, int64_t cou
       for (int64_t n = 0; n < cols; ++n) row[n] = y[m * y_stride + n];
     __builtin_memcpy(acc[m], row, 64 * NV);
   }
-  const float* wr = w;
+  const W* wr = w;
   for (int64_t i = 0; i < count; ++i, wr += w_stride) {
     for (int v = 0; v < NV; ++v) __builtin_prefetch(wr + kPrefetchRows * w_stride + 16 * v);
     v16 wv[NV];
-    for (int v = 0; v < NV; ++v) __builtin_memcpy(&wv[v], wr + 16 * v, 64);
+    for (int v = 0; v < NV; ++v) wv[v] = Load(wr + 16 * v);
     for (int m = 0; m < M; ++m) {
       float s = x[m * x_stride + i];  // s * vector: a broadcast folded into the multiply-add
       for (int v = 0; v < NV; ++v) acc[m][v] += s * wv[v];
@@ -75,7 +96,8 @@ static void Columns(const float* x, const float* w, float* y, int64_t in, int64_
                     int64_t n_begin, int64_t n_end) {
   constexpr int NV = M <= 8 ? 2 : 1;
   int64_t n = n_begin;
-  for (; n + 16 * NV <= n_end; n += 16 * NV) Tile<M, NV>(x, in, in, w + n, out, y + n, out, 16 * NV, false);
+  for (; n + 16 * NV <= n_end; n += 16 * NV)
+    Tile<M, NV>(x, in, in, w + n, out, y + n, out, 16 * NV, false);
   for (; n + 16 <= n_end; n += 16) Tile<M, 1>(x, in, in, w + n, out, y + n, out, 16, false);
   for (; n < n_end; ++n)
     for (int m = 0; m < M; ++m) {
@@ -94,8 +116,9 @@ constexpr int64_t kPanelBlock = 512;
 constexpr int kGroup = 6;
 
 // One pass over a block of a panel for g = 1..kGroup rows of x.
-static void PanelPass(int g, const float* x, int64_t in, int64_t count, const float* w,
-                      float* y, int64_t out, int64_t cols, bool resume) {
+template <typename W>
+static void PanelPass(int g, const float* x, int64_t in, int64_t count, const W* w, float* y,
+                      int64_t out, int64_t cols, bool resume) {
   switch (g) {
     case 1: return Tile<1, 4>(x, in, count, w, kPanel, y, out, cols, resume);
     case 2: return Tile<2, 4>(x, in, count, w, kPanel, y, out, cols, resume);
@@ -109,11 +132,11 @@ static void PanelPass(int g, const float* x, int64_t in, int64_t count, const fl
 // Columns n_begin..n_end (multiples of kPanel, or n_end = out) of all M rows from the
 // panels [ceil(out / 64), in, 64]: per panel and block of kPanelBlock weight rows, one
 // pass for each group of kGroup rows of x.
-template <int M>
-static void Panels(const float* x, const float* w, float* y, int64_t in, int64_t out,
+template <int M, typename W>
+static void Panels(const float* x, const W* w, float* y, int64_t in, int64_t out,
                    int64_t n_begin, int64_t n_end) {
   for (int64_t n = n_begin; n < n_end; n += kPanel) {
-    const float* panel = w + n / kPanel * in * kPanel;
+    const W* panel = w + n / kPanel * in * kPanel;
     const int64_t cols = n_end - n < kPanel ? n_end - n : kPanel;
     for (int64_t i0 = 0; i0 < in; i0 += kPanelBlock) {
       const int64_t count = in - i0 < kPanelBlock ? in - i0 : kPanelBlock;
@@ -124,15 +147,17 @@ static void Panels(const float* x, const float* w, float* y, int64_t in, int64_t
   }
 }
 
-typedef void (*ColumnsFn)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
-static const ColumnsFn kColumns[16] = {
+template <typename W>
+using ColumnsFn = void (*)(const float*, const W*, float*, int64_t, int64_t, int64_t, int64_t);
+static const ColumnsFn<float> kColumns[16] = {
     Columns<1>, Columns<2>, Columns<3>, Columns<4>, Columns<5>, Columns<6>, Columns<7>, Columns<8>,
     Columns<9>, Columns<10>, Columns<11>, Columns<12>, Columns<13>, Columns<14>, Columns<15>,
     Columns<16>};
-static const ColumnsFn kPanels[16] = {
-    Panels<1>, Panels<2>, Panels<3>, Panels<4>, Panels<5>, Panels<6>, Panels<7>, Panels<8>,
-    Panels<9>, Panels<10>, Panels<11>, Panels<12>, Panels<13>, Panels<14>, Panels<15>,
-    Panels<16>};
+template <typename W>
+static const ColumnsFn<W> kPanels[16] = {
+    Panels<1, W>, Panels<2, W>, Panels<3, W>, Panels<4, W>, Panels<5, W>, Panels<6, W>,
+    Panels<7, W>, Panels<8, W>, Panels<9, W>, Panels<10, W>, Panels<11, W>, Panels<12, W>,
+    Panels<13, W>, Panels<14, W>, Panels<15, W>, Panels<16, W>};
 
 static inline void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -152,7 +177,8 @@ struct Shared {
 // by chunks of whole `granule`-column tiles when the product has at least
 // kParallelElements weights; the caller takes every chunk the pool thread has not
 // started, so it never waits on a thread that did not run.
-static void Run(ffi::ThreadPool& pool, ColumnsFn fn, const float* x, const float* w, float* y,
+template <typename W>
+static void Run(ffi::ThreadPool& pool, ColumnsFn<W> fn, const float* x, const W* w, float* y,
                 int64_t in, int64_t out, int64_t granule) {
   constexpr int64_t kParallelElements = 1 << 14;
   const int64_t tiles = (out + granule - 1) / granule;
@@ -187,13 +213,16 @@ static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
   int64_t rows = x.element_count() / in;
   if (rows < 1 || rows > 16 || y->element_count() != rows * out)
     return ffi::Error::InvalidArgument("spec_decode_dense: 1..16 rows of x, y [..., out]");
-  Run(pool, kColumns[rows - 1], x.typed_data(), w.typed_data(), y->typed_data(), in, out, 32);
+  Run<float>(pool, kColumns[rows - 1], x.typed_data(), w.typed_data(), y->typed_data(), in, out,
+             32);
   return ffi::Error::Success();
 }
 
-// x [..., in] with 1..16 rows in all, panels [ceil(out / 64), in, 64] -> y [..., out].
+// x [..., in] with 1..16 rows in all, panels [ceil(out / 64), in, 64] of float32 (W = float)
+// or bfloat16 (W = uint16_t) -> y [..., out].
+template <ffi::DataType T, typename W>
 static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                                  ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+                                  ffi::Buffer<T> w, ffi::ResultBuffer<ffi::F32> y) {
   auto wd = w.dimensions();
   auto yd = y->dimensions();
   if (wd.size() != 3 || wd[1] < 1 || wd[2] != kPanel || yd.size() < 1 ||
@@ -206,16 +235,20 @@ static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
       wd[0] != (out + kPanel - 1) / kPanel)
     return ffi::Error::InvalidArgument(
         "spec_decode_dense_panels: 1..16 rows of x and ceil(out / 64) panels");
-  Run(pool, kPanels[rows - 1], x.typed_data(), w.typed_data(), y->typed_data(), in, out, kPanel);
+  Run<W>(pool, kPanels<W>[rows - 1], x.typed_data(), reinterpret_cast<const W*>(w.typed_data()),
+         y->typed_data(), in, out, kPanel);
   return ffi::Error::Success();
 }
 
-#define SPEC_DECODE_DENSE_BINDING                 \
+#define SPEC_DECODE_DENSE_BINDING(T)              \
   ffi::Ffi::Bind()                                \
       .Ctx<ffi::ThreadPool>()                     \
       .Arg<ffi::Buffer<ffi::F32>>()               \
-      .Arg<ffi::Buffer<ffi::F32>>()               \
+      .Arg<ffi::Buffer<T>>()                      \
       .Ret<ffi::Buffer<ffi::F32>>()
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDense, DenseImpl, SPEC_DECODE_DENSE_BINDING);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDensePanels, DensePanelsImpl, SPEC_DECODE_DENSE_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDense, DenseImpl, SPEC_DECODE_DENSE_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDensePanels, (DensePanelsImpl<ffi::F32, float>),
+                              SPEC_DECODE_DENSE_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDensePanelsBf16, (DensePanelsImpl<ffi::BF16, uint16_t>),
+                              SPEC_DECODE_DENSE_BINDING(ffi::BF16));
