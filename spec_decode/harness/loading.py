@@ -57,7 +57,8 @@ def load_model(spec: str, checkpoint: str, vocab_size: int = 8192,
                dtype: str | None = None) -> models.T5Model:
   """A T5Model from a config spec (see `parse_config`) and a checkpoint path."""
   config = parse_config(spec, vocab_size, dtype)
-  return models.T5Model(config, jax.device_put(checkpoints.load_params(checkpoint, config)))
+  params = jax.device_put(checkpoints.load_params(checkpoint, config))
+  return models.T5Model(config, params).with_panels()
 
 
 @functools.cache

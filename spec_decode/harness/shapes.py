@@ -136,7 +136,7 @@ def random_model(config: T5Config, rng: jax.Array, mesh=None, rules=None) -> mod
       _random_array(x.shape, x.dtype, placement)(key)
       for x, placement, key in zip(leaves, placements, keys)])
   if mesh is None:
-    return models.T5Model(config, params)
+    return models.T5Model(config, params).with_panels()
   return sharding.ShardedT5Model(config, params, mesh, rules)
 
 
