@@ -3,11 +3,12 @@
 A `T5Model` is a config (static) and a parameter tree (traced), on one CPU
 device with packed copies of its decoder's kernels for the CPU kernels
 (`with_panels`): it passes through `jax.jit` whole, so parameters are
-arguments of the compiled function, never constants baked into it. `T5Model.start` runs the encoder once and
-returns the step function and fresh cache the loops of `spec_decode.decoding`
-take; `generate` and `speculative_generate` are those loops compiled for real
-T5 models, static in gamma, max_decode_len and the shapes, traced in the
-parameters, inputs, PRNG keys and sampling values.
+arguments of the compiled function, never constants baked into it.
+`T5Model.start` runs the encoder once and returns the step function and fresh
+cache the loops of `spec_decode.decoding` take; `generate` and
+`speculative_generate` are those loops compiled for real T5 models, static in
+gamma, max_decode_len and the shapes, traced in the parameters, inputs, PRNG
+keys and sampling values.
 
   target = T5Model(t5_1_1('xxl'), params)
   out = speculative_generate(target, draft, inputs, jax.random.key(0),
@@ -62,11 +63,11 @@ class T5Model:
     each weight matrix as one stream, bitwise the same products, for twice
     the decoder's weights in memory. Packed once per model and cached.
     """
-    if self.panels is not None or not kernels.packing_pays(self.params):
-      return self
     if '_with_panels' not in self.__dict__:
-      panels = kernels.pack_tree(self.params, _step_kernel)
-      object.__setattr__(self, '_with_panels', self.replace(panels=panels))
+      packed = self
+      if self.panels is None and kernels.packing_pays(self.params):
+        packed = self.replace(panels=kernels.pack_tree(self.params, _step_kernel))
+      object.__setattr__(self, '_with_panels', packed)
     return self.__dict__['_with_panels']
 
   def variables(self) -> dict:
@@ -214,7 +215,6 @@ class PrunedHeadDraft:
     return step_fn, cache
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _step_kernel(path: tuple[str, ...]) -> bool:
   """Whether a parameter path names a kernel of a decoder step (`T5Model.with_panels`)."""
   return (path[0] == 'decoder' and path[-1] == 'kernel'
@@ -226,6 +226,7 @@ def _with_panels(model):
   return model.with_panels() if hasattr(model, 'with_panels') else model
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _init_params(config: T5Config, rng: jax.Array) -> Any:
   tokens = jnp.ones((1, 1), jnp.int32)
   return Transformer(config).init(rng, tokens, tokens)['params']

@@ -14,12 +14,10 @@ import json
 import pathlib
 from typing import Sequence
 
-import jax
 import numpy as np
 import sentencepiece as spm
 
 from spec_decode import acceptance
-from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import decoding
 from spec_decode import drafts
@@ -57,8 +55,7 @@ def load_model(spec: str, checkpoint: str, vocab_size: int = 8192,
                dtype: str | None = None) -> models.T5Model:
   """A T5Model from a config spec (see `parse_config`) and a checkpoint path."""
   config = parse_config(spec, vocab_size, dtype)
-  params = jax.device_put(checkpoints.load_params(checkpoint, config))
-  return models.T5Model(config, params).with_panels()
+  return models.T5Model.load(checkpoint, config)
 
 
 @functools.cache

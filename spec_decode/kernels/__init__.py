@@ -23,7 +23,8 @@ GEMMs, most of what a demo-size verify call cost beyond one position.
 T5 layers' `Dense` (t5.layers) takes it, or `dense_panels` where the variables
 hold panels: float32 operands, 1..16 rows, the default backend a CPU and a
 single device (a mesh keeps XLA's products, which its partitioner can split).
-Everything else, accelerators and training batches included, is XLA's as before; `t5.layers.MultiHeadAttention` takes
+Everything else, accelerators and training batches included, is XLA's as
+before; `t5.layers.MultiHeadAttention` takes
 `attention` where `attention_applies` (float32, head width a multiple of 16,
 no dropout). The baseline's one-row steps run the same kernels as the verify
 pass, and a row's (a query's) result does not depend on how many share the
@@ -69,12 +70,17 @@ def available() -> bool:
   return True
 
 
+def in_use() -> bool:
+  """Whether the kernels run here: switched on, a single CPU device, built (warns once if not)."""
+  return (enabled() and jax.default_backend() == 'cpu' and jax.device_count() == 1
+          and available())
+
+
 def applies(x: jax.Array, w: jax.Array) -> bool:
   """Whether `dense(x, w)` runs the kernel: see the module's docstring."""
   rows = math.prod(x.shape[:-1])
-  return (enabled() and x.dtype == w.dtype == jnp.float32 and w.ndim == 2
-          and x.shape[-1] == w.shape[0] and 1 <= rows <= MAX_ROWS
-          and jax.default_backend() == 'cpu' and jax.device_count() == 1 and available())
+  return (x.dtype == w.dtype == jnp.float32 and w.ndim == 2 and x.shape[-1] == w.shape[0]
+          and 1 <= rows <= MAX_ROWS and in_use())
 
 
 @jax.custom_vjp
@@ -167,11 +173,10 @@ def packing_pays(params: Any) -> bool:
   jax.Arrays only: they cannot change after packing (a numpy array could).
   """
   leaves = jax.tree_util.tree_leaves(params)
-  return (enabled() and jax.default_backend() == 'cpu' and jax.device_count() == 1
-          and bool(leaves)
-          and all(isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
-                  and leaf.dtype == jnp.float32 for leaf in leaves)
-          and available())
+  return (bool(leaves) and all(isinstance(leaf, jax.Array)
+                               and not isinstance(leaf, jax.core.Tracer)
+                               and leaf.dtype == jnp.float32 for leaf in leaves)
+          and in_use())
 
 
 def panels_apply(x: jax.Array, panels: jax.Array, w: jax.Array) -> bool:
@@ -223,11 +228,10 @@ def attention_applies(query: jax.Array, key: jax.Array, value: jax.Array,
   b, length, h, depth = query.shape
   bias_ok = bias.ndim == 4 and all(
       n in (1, full) for n, full in zip(bias.shape, (b, h, length, key.shape[2])))
-  return (enabled() and query.ndim == 4 and key.ndim == 4 and key.shape == value.shape
+  return (query.ndim == 4 and key.ndim == 4 and key.shape == value.shape
           and key.shape[:2] == (b, h) and key.shape[3] == depth and depth % 16 == 0
           and 1 <= length <= MAX_ROWS and bias_ok and bias.shape[3] == key.shape[2]
-          and all(a.dtype == jnp.float32 for a in (query, key, value, bias))
-          and jax.default_backend() == 'cpu' and jax.device_count() == 1 and available())
+          and all(a.dtype == jnp.float32 for a in (query, key, value, bias)) and in_use())
 
 
 @jax.custom_vjp

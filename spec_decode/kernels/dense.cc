@@ -129,35 +129,29 @@ static void PanelPass(int g, const float* x, int64_t in, int64_t count, const W*
   }
 }
 
-// Columns n_begin..n_end (multiples of kPanel, or n_end = out) of all M rows from the
+// Columns n_begin..n_end (multiples of kPanel, or n_end = out) of all `rows` rows from the
 // panels [ceil(out / 64), in, 64]: per panel and block of kPanelBlock weight rows, one
 // pass for each group of kGroup rows of x.
-template <int M, typename W>
-static void Panels(const float* x, const W* w, float* y, int64_t in, int64_t out,
+template <typename W>
+static void Panels(int rows, const float* x, const W* w, float* y, int64_t in, int64_t out,
                    int64_t n_begin, int64_t n_end) {
   for (int64_t n = n_begin; n < n_end; n += kPanel) {
     const W* panel = w + n / kPanel * in * kPanel;
     const int64_t cols = n_end - n < kPanel ? n_end - n : kPanel;
     for (int64_t i0 = 0; i0 < in; i0 += kPanelBlock) {
       const int64_t count = in - i0 < kPanelBlock ? in - i0 : kPanelBlock;
-      for (int g = 0; g < M; g += kGroup)
-        PanelPass(M - g < kGroup ? M - g : kGroup, x + g * in + i0, in, count, panel + i0 * kPanel,
-                  y + g * out + n, out, cols, i0 > 0);
+      for (int g = 0; g < rows; g += kGroup)
+        PanelPass(rows - g < kGroup ? rows - g : kGroup, x + g * in + i0, in, count,
+                  panel + i0 * kPanel, y + g * out + n, out, cols, i0 > 0);
     }
   }
 }
 
-template <typename W>
-using ColumnsFn = void (*)(const float*, const W*, float*, int64_t, int64_t, int64_t, int64_t);
-static const ColumnsFn<float> kColumns[16] = {
+typedef void (*ColumnsFn)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
+static const ColumnsFn kColumns[16] = {
     Columns<1>, Columns<2>, Columns<3>, Columns<4>, Columns<5>, Columns<6>, Columns<7>, Columns<8>,
     Columns<9>, Columns<10>, Columns<11>, Columns<12>, Columns<13>, Columns<14>, Columns<15>,
     Columns<16>};
-template <typename W>
-static const ColumnsFn<W> kPanels[16] = {
-    Panels<1, W>, Panels<2, W>, Panels<3, W>, Panels<4, W>, Panels<5, W>, Panels<6, W>,
-    Panels<7, W>, Panels<8, W>, Panels<9, W>, Panels<10, W>, Panels<11, W>, Panels<12, W>,
-    Panels<13, W>, Panels<14, W>, Panels<15, W>, Panels<16, W>};
 
 static inline void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -173,20 +167,19 @@ struct Shared {
   std::atomic<int64_t> done{0};
 };
 
-// fn over columns 0..out, split between the caller and one thread of XLA's intra-op pool
-// by chunks of whole `granule`-column tiles when the product has at least
+// columns(n_begin, n_end) over 0..out, split between the caller and one thread of XLA's
+// intra-op pool by chunks of whole `granule`-column tiles when the product has at least
 // kParallelElements weights; the caller takes every chunk the pool thread has not
 // started, so it never waits on a thread that did not run.
-template <typename W>
-static void Run(ffi::ThreadPool& pool, ColumnsFn<W> fn, const float* x, const W* w, float* y,
-                int64_t in, int64_t out, int64_t granule) {
+template <typename F>
+static void Run(ffi::ThreadPool& pool, F columns, int64_t in, int64_t out, int64_t granule) {
   constexpr int64_t kParallelElements = 1 << 14;
   const int64_t tiles = (out + granule - 1) / granule;
   // Columns per work item: 256, or half of a small product's.
   const int64_t chunk = out >= 1024 ? 256 : (tiles + 1) / 2 * granule;
   const int64_t chunks = (out + chunk - 1) / chunk;
   if (chunks < 2 || in * out < kParallelElements || pool.num_threads() < 1) {
-    fn(x, w, y, in, out, 0, out);
+    columns(0, out);
     return;
   }
   auto shared = std::make_shared<Shared>();
@@ -194,7 +187,7 @@ static void Run(ffi::ThreadPool& pool, ColumnsFn<W> fn, const float* x, const W*
     int64_t c;
     while ((c = shared->next.fetch_add(1)) < chunks) {
       int64_t n0 = c * chunk, n1 = n0 + chunk < out ? n0 + chunk : out;
-      fn(x, w, y, in, out, n0, n1);
+      columns(n0, n1);
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
@@ -213,8 +206,10 @@ static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
   int64_t rows = x.element_count() / in;
   if (rows < 1 || rows > 16 || y->element_count() != rows * out)
     return ffi::Error::InvalidArgument("spec_decode_dense: 1..16 rows of x, y [..., out]");
-  Run<float>(pool, kColumns[rows - 1], x.typed_data(), w.typed_data(), y->typed_data(), in, out,
-             32);
+  ColumnsFn fn = kColumns[rows - 1];
+  const float *xp = x.typed_data(), *wp = w.typed_data();
+  float* yp = y->typed_data();
+  Run(pool, [=](int64_t n0, int64_t n1) { fn(xp, wp, yp, in, out, n0, n1); }, in, out, 32);
   return ffi::Error::Success();
 }
 
@@ -235,8 +230,12 @@ static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
       wd[0] != (out + kPanel - 1) / kPanel)
     return ffi::Error::InvalidArgument(
         "spec_decode_dense_panels: 1..16 rows of x and ceil(out / 64) panels");
-  Run<W>(pool, kPanels<W>[rows - 1], x.typed_data(), reinterpret_cast<const W*>(w.typed_data()),
-         y->typed_data(), in, out, kPanel);
+  const float* xp = x.typed_data();
+  const W* wp = reinterpret_cast<const W*>(w.typed_data());
+  float* yp = y->typed_data();
+  const int m = static_cast<int>(rows);
+  Run(pool, [=](int64_t n0, int64_t n1) { Panels(m, xp, wp, yp, in, out, n0, n1); }, in, out,
+      kPanel);
   return ffi::Error::Success();
 }
 
