@@ -66,7 +66,7 @@ class T5Model:
     if '_with_panels' not in self.__dict__:
       packed = self
       if self.panels is None and kernels.packing_pays(self.params):
-        packed = self.replace(panels=kernels.pack_tree(self.params, _step_kernel))
+        packed = self.replace(panels=kernels.pack_tree(self.params, _step_kernel, _FUSED))
       object.__setattr__(self, '_with_panels', packed)
     return self.__dict__['_with_panels']
 
@@ -130,15 +130,19 @@ class T5Model:
     return step_fn, cache
 
 
-def _replace(self, **updates) -> T5Model:
-  """dataclasses.replace; new params without new panels drop the panels (never stale)."""
-  if 'params' in updates and 'panels' not in updates:
-    updates['panels'] = None
-  return dataclasses.replace(self, **updates)
+def _replacing(weights: str, packed: str):
+  """A `replace` (dataclasses.replace) for which new `weights` without new `packed` drop them."""
+
+  def replace(self, **updates):
+    if weights in updates and packed not in updates:
+      updates[packed] = None  # never stale panels
+    return dataclasses.replace(self, **updates)
+
+  return replace
 
 
 # flax.struct.dataclass sets a plain `replace` on the class it decorates.
-T5Model.replace = _replace
+T5Model.replace = _replacing('params', 'panels')
 
 
 # The logit of a token a PrunedHeadDraft does not score: finite (check_finite
@@ -167,11 +171,14 @@ class PrunedHeadDraft:
     model: the draft T5Model (its encoder, decoder and embedding are used).
     ids: [N] int32 distinct token ids, ascending.
     kernel: [E, N] float32, the output layer's columns of `ids`.
+    head_panels: None, or `kernels.pack(kernel)` where the CPU kernels use it
+      (`with_panels`); keyword-only.
   """
 
   model: T5Model
   ids: jax.Array
   kernel: jax.Array
+  head_panels: Any = flax.struct.field(default=None, kw_only=True)
 
   @classmethod
   def create(cls, model: T5Model, ids) -> 'PrunedHeadDraft':
@@ -195,8 +202,14 @@ class PrunedHeadDraft:
     return self.model.vocab_size
 
   def with_panels(self) -> 'PrunedHeadDraft':
-    """This draft over `model.with_panels()`."""
-    return self.replace(model=self.model.with_panels())
+    """This draft over `model.with_panels()`, its output layer packed too; cached."""
+    if '_with_panels' not in self.__dict__:
+      model, head = self.model.with_panels(), self.head_panels
+      if model.panels is not None and head is None:
+        head = kernels.pack(self.kernel, jnp.bfloat16 if kernels.exact_in_bfloat16(self.kernel)
+                            else jnp.float32)
+      object.__setattr__(self, '_with_panels', self.replace(model=model, head_panels=head))
+    return self.__dict__['_with_panels']
 
   def start(self, encoder_input_tokens: jax.Array,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
@@ -207,12 +220,24 @@ class PrunedHeadDraft:
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
       features, cache = network.apply(variables, tokens, cache,
                                       method=Transformer.decode_features)
-      scores = jnp.einsum('bke,en->bkn', features.astype(jnp.float32), self.kernel)  # [B, K, N]
+      features = features.astype(jnp.float32)
+      if self.head_panels is not None and kernels.panels_apply(features, self.head_panels,
+                                                               self.kernel):
+        scores = kernels.dense_panels(features, self.head_panels, self.kernel)  # [B, K, N]
+      else:
+        scores = jnp.einsum('bke,en->bkn', features, self.kernel)
       logits = jnp.full(scores.shape[:2] + (self.vocab_size,), PRUNED_LOGIT, jnp.float32)
       return logits.at[:, :, self.ids].set(scores, indices_are_sorted=True,
                                            unique_indices=True), cache
 
     return step_fn, cache
+
+
+PrunedHeadDraft.replace = _replacing('kernel', 'head_panels')
+
+
+# Kernels a decoder step multiplies the same input by, packed side by side (one product).
+_FUSED = {'qkv': ('query', 'key', 'value'), 'wi': ('wi_0', 'wi_1')}
 
 
 def _step_kernel(path: tuple[str, ...]) -> bool:

@@ -28,6 +28,17 @@ def test_pack_lays_out_64_column_panels_padded_with_zeros():
   assert not panels[1, :, 6:].any()
 
 
+def test_bfloat16_panels_interleave_each_32_columns():
+  w = jnp.arange(3 * 70, dtype=jnp.float32).reshape(3, 70)
+  panels = np.asarray(kernels.pack(w, jnp.bfloat16).astype(jnp.float32))
+  assert panels.shape == (2, 3, 64)
+  order = np.arange(32).reshape(2, 16).T.reshape(-1)  # 0, 16, 1, 17, ..., 15, 31
+  np.testing.assert_array_equal(panels[0, :, :32], w[:, order])
+  np.testing.assert_array_equal(panels[0, :, 32:], w[:, 32 + order])
+  np.testing.assert_array_equal(panels[1, :, 0:12:2], w[:, 64:])
+  assert not panels[1, :, 1:12:2].any() and not panels[1, :, 12:].any()
+
+
 @pytest.mark.parametrize('shape', SHAPES)
 def test_panel_products_are_bitwise_the_kernel_s_and_accurate(shape):
   rng = np.random.default_rng(sum(shape))
@@ -67,6 +78,30 @@ def test_pack_tree_packs_in_bfloat16_only_what_bfloat16_holds():
   assert 'c' not in packed
 
 
+def test_pack_tree_packs_fused_siblings_side_by_side():
+  rng = np.random.default_rng(3)
+  a, b, c = (jnp.asarray(rng.standard_normal((8, n)), jnp.float32) for n in (70, 64, 30))
+  params = {'m': {'a': {'kernel': a}, 'b': {'kernel': b}}, 'n': {'a': {'kernel': c}}}
+  packed = kernels.pack_tree(params, lambda path: path[-1] == 'kernel', {'ab': ('a', 'b')})
+  assert set(packed['m']) == {'ab'} and set(packed['n']) == {'a'}  # n lacks b: packed alone
+  np.testing.assert_array_equal(packed['m']['ab'], kernels.pack(jnp.concatenate([a, b], 1)))
+
+
+def test_pruned_head_drafts_read_packed_heads_bitwise():
+  model = models.T5Model.random(t5_1_1('nano', vocab_size=256), jax.random.key(1))
+  model = model.replace(params=jax.tree_util.tree_map(  # a bfloat16 checkpoint's weights
+      lambda w: w.astype(jnp.bfloat16).astype(jnp.float32), model.params))
+  draft = models.PrunedHeadDraft.create(model, np.arange(3, 200, 2)).with_panels()
+  assert draft.head_panels.dtype == jnp.bfloat16 and draft.with_panels() is draft.with_panels()
+  inputs = jnp.asarray(np.random.default_rng(1).integers(2, 256, (2, 9)), jnp.int32)
+  unpacked = draft.replace(head_panels=None)
+  assert jax.jit(_step_logits).lower(draft, inputs).as_text().count('panels_bf16') > (
+      jax.jit(_step_logits).lower(unpacked, inputs).as_text().count('panels_bf16'))
+  np.testing.assert_array_equal(jax.jit(_step_logits)(draft, inputs),
+                                jax.jit(_step_logits)(unpacked, inputs))
+  assert draft.replace(kernel=draft.kernel * 2).head_panels is None  # never stale
+
+
 def test_panel_gradients_are_xla_s():
   rng = np.random.default_rng(1)
   x, w = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((3, 8), (8, 70)))
@@ -85,9 +120,11 @@ def _step_logits(model, inputs):
 def test_t5_steps_read_the_panels_and_equal_the_unpacked_model_bitwise():
   model = models.T5Model.random(t5_1_1('nano', vocab_size=256), jax.random.key(0))
   assert model.panels is not None, 'T5Model.random did not pack on one CPU device'
-  packed = set(jax.tree_util.tree_map(lambda _: 0, model.panels)['decoder']['layers_0']
-               ['encoder_decoder_attention'])
-  assert packed == {'query', 'out'}, packed  # keys and values are computed once per input
+  layer = model.panels['decoder']['layers_0']
+  # Cross-attention keys and values are computed once per input; the products of one
+  # input are packed side by side.
+  assert set(layer['encoder_decoder_attention']) == {'query', 'out'}
+  assert set(layer['self_attention']) == {'qkv', 'out'} and set(layer['mlp']) == {'wi', 'wo'}
   unpacked = models.T5Model(model.config, model.params)
   inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 9)), jnp.int32)
   assert 'spec_decode_dense_panels' in jax.jit(_step_logits).lower(model, inputs).as_text()

@@ -19,7 +19,8 @@
 //   must fit the registers); the block is then in L2 for the other groups' passes.
 //   SpecDecodeDensePanelsBf16 reads bfloat16 panels, widened exactly to float32: for
 //   weights that bfloat16 holds (a bfloat16 checkpoint's) the same products from half
-//   the bytes.
+//   the bytes. Their rows interleave each 32 columns, so that a shift or a mask widens
+//   16 weights (LoadRow).
 //
 // Built by spec_decode/kernels/build.py with the system compiler for the machine
 // it runs on (-march=native); its handlers are registered as the FFI targets
@@ -35,23 +36,33 @@ namespace ffi = xla::ffi;
 // Weight rows fetched ahead of the one being multiplied.
 constexpr int64_t kPrefetchRows = 16;
 typedef float v16 __attribute__((vector_size(64)));
-typedef uint16_t h16 __attribute__((vector_size(32)));
 typedef uint32_t u16 __attribute__((vector_size(64)));
 
-// 16 weights as float32: float32 as stored, bfloat16 widened exactly (its bits are the
-// high half of the float32's).
 static inline v16 Load(const float* p) {
   v16 v;
   __builtin_memcpy(&v, p, 64);
   return v;
 }
-static inline v16 Load(const uint16_t* p) {
-  h16 h;
-  __builtin_memcpy(&h, p, 32);
-  u16 bits = __builtin_convertvector(h, u16) << 16;
-  v16 v;
-  __builtin_memcpy(&v, &bits, 64);
-  return v;
+
+// The NV vectors of one weight row (NV * 16 weights at p) as float32: float32 as stored,
+// bfloat16 widened exactly (its bits are the high half of the float32's). A bfloat16
+// panel row holds each 32 columns interleaved (32-bit lane i: column i in its low half, column 16 + i in
+// its high half; kernels.pack), so one load and one operation widen 16 weights.
+template <int NV>
+static inline void LoadRow(const float* p, v16* wv) {
+  for (int v = 0; v < NV; ++v) wv[v] = Load(p + 16 * v);
+}
+template <int NV>
+static inline void LoadRow(const uint16_t* p, v16* wv) {
+  static_assert(NV % 2 == 0, "bfloat16 panel rows hold pairs of 16-column vectors");
+  for (int v = 0; v < NV; v += 2) {
+    u16 bits, low, high;
+    __builtin_memcpy(&bits, p + 16 * v, 64);
+    low = bits << 16;
+    high = bits & 0xffff0000u;
+    __builtin_memcpy(&wv[v], &low, 64);
+    __builtin_memcpy(&wv[v + 1], &high, 64);
+  }
 }
 
 // y[m, 0:cols] (row m at y + m * y_stride) of all M rows (row m at x + m * x_stride)
@@ -73,7 +84,7 @@ static inline void Tile(const float* __restrict x, int64_t x_stride, int64_t cou
   for (int64_t i = 0; i < count; ++i, wr += w_stride) {
     for (int v = 0; v < NV; ++v) __builtin_prefetch(wr + kPrefetchRows * w_stride + 16 * v);
     v16 wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = Load(wr + 16 * v);
+    LoadRow<NV>(wr, wv);
     for (int m = 0; m < M; ++m) {
       float s = x[m * x_stride + i];  // s * vector: a broadcast folded into the multiply-add
       for (int v = 0; v < NV; ++v) acc[m][v] += s * wv[v];
@@ -175,8 +186,10 @@ template <typename F>
 static void Run(ffi::ThreadPool& pool, F columns, int64_t in, int64_t out, int64_t granule) {
   constexpr int64_t kParallelElements = 1 << 14;
   const int64_t tiles = (out + granule - 1) / granule;
-  // Columns per work item: 256, or half of a small product's.
-  const int64_t chunk = out >= 1024 ? 256 : (tiles + 1) / 2 * granule;
+  // Work items of equal whole tiles, an even number of them, each of at most 4 tiles
+  // (256 columns of panels): as many for either thread when both run throughout.
+  const int64_t items = 2 * ((tiles + 7) / 8);
+  const int64_t chunk = (tiles + items - 1) / items * granule;
   const int64_t chunks = (out + chunk - 1) / chunk;
   if (chunks < 2 || in * out < kParallelElements || pool.num_threads() < 1) {
     columns(0, out);

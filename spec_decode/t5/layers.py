@@ -15,6 +15,7 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spec_decode import kernels
 
@@ -87,6 +88,37 @@ class Dense(nn.Module):
     return kernels.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
 
+def fused_product(module: nn.Module, x: jax.Array, name: str,
+                  parts: tuple[str, ...]) -> list[jax.Array] | None:
+  """x times the kernels of `module`'s Dense children `parts`, in one product.
+
+  Where the module's variables hold those kernels packed side by side in the
+  `kernels.PANELS` collection under `name` (`kernels.pack_tree`'s `fused`),
+  and the kernel applies: one call instead of one per part, bitwise the same
+  outputs. Elsewhere None (the caller multiplies part by part).
+
+  Args:
+    module: a bound module with Dense children named `parts`.
+    x: [..., in].
+    name: the fused panels' name.
+    parts: the children, in the order they were packed.
+
+  Returns:
+    One [..., features] array per part, or None.
+  """
+  if not module.has_variable(kernels.PANELS, name):
+    return None
+  params = module.variables['params']
+  w = jnp.concatenate([params[part]['kernel'] for part in parts], axis=1)
+  x, w = nn.dtypes.promote_dtype(x, w, dtype=module.dtype)
+  panels = module.get_variable(kernels.PANELS, name)
+  if not kernels.panels_apply(x, panels, w):
+    return None
+  y = kernels.dense_panels(x, panels, w)
+  ends = np.cumsum([params[part]['kernel'].shape[1] for part in parts])[:-1]
+  return jnp.split(y, ends, axis=-1)
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head dot-product attention without 1/sqrt(Dh) in the forward pass.
 
@@ -133,6 +165,18 @@ class MultiHeadAttention(nn.Module):
     """
     return self._heads(self.key(inputs_kv)), self._heads(self.value(inputs_kv))
 
+  def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Self-attention's projections: [B, L, E] -> query [B, L, H * Dh], keys and values.
+
+    One product where the panels hold the three kernels packed together
+    ('qkv'), else three; keys and values as `project_kv`.
+    """
+    fused = fused_product(self, x, 'qkv', ('query', 'key', 'value'))
+    if fused is None:
+      return self.query(x), *self.project_kv(x)
+    query, key, value = fused
+    return query, self._heads(key), self._heads(value)
+
   def __call__(self, inputs_q: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array,
                deterministic: bool = True) -> jax.Array:
     """Attends from `inputs_q` over given keys and values.
@@ -147,7 +191,11 @@ class MultiHeadAttention(nn.Module):
     Returns:
       [B, L, E].
     """
-    query = self.query(inputs_q)  # [B, L, H * Dh]
+    return self.attend(self.query(inputs_q), key, value, bias, deterministic)
+
+  def attend(self, query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array,
+             deterministic: bool = True) -> jax.Array:
+    """`__call__` from the projected query [B, L, H * Dh] (`project_qkv`'s)."""
     query = query.reshape(query.shape[:-1] + (self.num_heads, self.head_dim))  # [B, L, H, Dh]
     if deterministic or self.dropout_rate == 0:
       bias4 = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
@@ -186,8 +234,11 @@ class MlpBlock(nn.Module):
     dense = lambda features, name: Dense(
         features, kernel_init=dense_init, dtype=self.dtype, param_dtype=self.param_dtype,
         name=name)
+    # One product where the panels hold wi_0 and wi_1 packed together ('wi').
+    wi_0, wi_1 = fused_product(self, x, 'wi', ('wi_0', 'wi_1')) or (
+        dense(self.mlp_dim, 'wi_0')(x), dense(self.mlp_dim, 'wi_1')(x))
     # nn.gelu is the tanh approximation, as in T5X (and HF's gelu_new).
-    h = nn.gelu(dense(self.mlp_dim, 'wi_0')(x)) * dense(self.mlp_dim, 'wi_1')(x)
+    h = nn.gelu(wi_0) * wi_1
     h = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))(h, deterministic=deterministic)
     return dense(x.shape[-1], 'wo')(h)
 

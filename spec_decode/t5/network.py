@@ -192,11 +192,11 @@ class DecoderLayer(nn.Module):
       buffers, or those of the K inputs when `buffers` is None.
     """
     x = self.pre_self_attention_layer_norm(inputs)
-    key, value = self.self_attention.project_kv(x)  # [B, H, K, Dh]
+    query, key, value = self.self_attention.project_qkv(x)  # [B, K, H * Dh], [B, H, K, Dh]
     if buffers is not None:
       key = cache_lib.write(buffers.key, key, index, axis=1)  # [B, H, T, Dh]
       value = cache_lib.write(buffers.value, value, index, axis=1)
-    x = self.self_attention(x, key, value, self_bias, deterministic)
+    x = self.self_attention.attend(query, key, value, self_bias, deterministic)
     x = inputs + self.dropout(x, deterministic=deterministic)
 
     y = x
