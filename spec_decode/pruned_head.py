@@ -1,0 +1,110 @@
+"""A draft whose output layer scores only some tokens: most of a small draft's step, cut.
+
+`PrunedHeadDraft` (also `spec_decode.models.PrunedHeadDraft`) wraps a draft
+T5Model; its step scores the ids given (e.g. `drafts.most_frequent_ids`) and
+gives every other token PRUNED_LOGIT, q = 0: speculative sampling stays exact.
+"""
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_decode import cache as cache_lib
+from spec_decode import decoding
+from spec_decode import kernels
+from spec_decode import models
+from spec_decode.t5.network import Transformer
+
+
+# The logit of a token a PrunedHeadDraft does not score: finite (check_finite
+# passes it), and its probability is exactly 0 in float32 at temperatures up
+# to ~1e27.
+PRUNED_LOGIT = -1e30
+
+
+@flax.struct.dataclass
+class PrunedHeadDraft:
+  """A draft T5 model whose output layer scores only the tokens `ids`.
+
+  A draft step reads the whole output layer, [E, V]: for a small draft over
+  a large vocabulary most of its weights, and on a CPU most of c. This draft
+  reads the columns of `ids` alone, e.g. the most
+  frequent tokens of the task's outputs (`drafts.most_frequent_ids`; FR-Spec,
+  Zhao et al. 2025). Every other token gets q = 0: it is never drafted, and
+  the residual max(0, p - q) keeps all of the target's mass on it, so
+  speculative sampling stays exact; at plain temperature or with top-k, alpha
+  drops by at most the target's probability outside `ids` (top-p over fewer
+  tokens can cut a different nucleus). A sharded draft
+  (`sharding.ShardedT5Model`) is not wrapped: this one's cache carries no
+  sharding constraints.
+
+  Attributes:
+    model: the draft T5Model (its encoder, decoder and embedding are used).
+    ids: [N] int32 distinct token ids, ascending.
+    kernel: [E, N] float32, the output layer's columns of `ids`.
+    head_panels: None, or `kernels.pack(kernel)` where the CPU kernels use it
+      (`with_panels`); keyword-only.
+  """
+
+  model: models.T5Model
+  ids: jax.Array
+  kernel: jax.Array
+  head_panels: Any = flax.struct.field(default=None, kw_only=True)
+
+  @classmethod
+  def create(cls, model: models.T5Model, ids) -> 'PrunedHeadDraft':
+    """The draft `model` scoring only `ids` ([N] distinct ids in [0, V), N >= 1).
+
+    Raises:
+      ValueError: ids that are not a non-empty 1-D set of ids of the vocabulary.
+    """
+    ids = np.asarray(ids)
+    if (ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer)
+        or ids.min() < 0 or ids.max() >= model.vocab_size or np.unique(ids).size != ids.size):
+      raise ValueError(f'ids must be distinct token ids in [0, {model.vocab_size}), a non-empty '
+                       f'1-D integer array; got {ids.dtype} {ids.shape}')
+    ids = np.sort(ids).astype(np.int32)
+    # float32 once here, as nn.Dense(dtype=float32) would promote it at every step.
+    kernel = jnp.asarray(model.params['decoder']['logits_dense']['kernel'][:, ids], jnp.float32)
+    return cls(model, jnp.asarray(ids), kernel)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.model.vocab_size
+
+  def with_panels(self) -> 'PrunedHeadDraft':
+    """This draft over `model.with_panels()`, its output layer packed too; cached."""
+    if '_with_panels' not in self.__dict__:
+      model, head = self.model.with_panels(), self.head_panels
+      if model.panels is not None and head is None:
+        head = kernels.pack(self.kernel, jnp.bfloat16 if kernels.exact_in_bfloat16(self.kernel)
+                            else jnp.float32)
+      object.__setattr__(self, '_with_panels', self.replace(model=model, head_panels=head))
+    return self.__dict__['_with_panels']
+
+  def start(self, encoder_input_tokens: jax.Array,
+            capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
+    """As `T5Model.start`; the logits are PRUNED_LOGIT outside `ids`."""
+    _, cache = self.model.start(encoder_input_tokens, capacity)
+    network, variables = self.model.network, self.model.variables()
+
+    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+      features, cache = network.apply(variables, tokens, cache,
+                                      method=Transformer.decode_features)
+      features = features.astype(jnp.float32)
+      if self.head_panels is not None and kernels.panels_apply(features, self.head_panels,
+                                                               self.kernel):
+        scores = kernels.dense_panels(features, self.head_panels, self.kernel)  # [B, K, N]
+      else:
+        scores = jnp.einsum('bke,en->bkn', features, self.kernel)
+      logits = jnp.full(scores.shape[:2] + (self.vocab_size,), PRUNED_LOGIT, jnp.float32)
+      return logits.at[:, :, self.ids].set(scores, indices_are_sorted=True,
+                                           unique_indices=True), cache
+
+    return step_fn, cache
+
+
+PrunedHeadDraft.replace = models.replacing('kernel', 'head_panels')
