@@ -57,15 +57,17 @@ class T5Model:
   def with_panels(self) -> 'T5Model':
     """This model with `panels` where the CPU kernels would use them, else itself.
 
-    The decoder's kernels except the cross-attention keys and values (computed
-    once per input) are packed (`kernels.pack`): a decoder step then reads
-    each weight matrix as one stream, bitwise the same products, for twice
-    the decoder's weights in memory. Packed once per model and cached.
+    The Dense kernels are packed (`kernels.pack`; those a layer multiplies one
+    input by side by side, one product): a decoder step then reads each
+    weight matrix as one stream, and the encoder's products of up to 256
+    tokens take the kernel too, bitwise the same products, for a second copy
+    of the kernels in memory (half its size in bfloat16, where bfloat16 holds
+    the weights). Packed once per model and cached.
     """
     if '_with_panels' not in self.__dict__:
       packed = self
       if self.panels is None and kernels.packing_pays(self.params):
-        packed = self.replace(panels=kernels.pack_tree(self.params, _step_kernel, _FUSED))
+        packed = self.replace(panels=kernels.pack_tree(self.params, _kernel, _fused))
       object.__setattr__(self, '_with_panels', packed)
     return self.__dict__['_with_panels']
 
@@ -144,14 +146,20 @@ def replacing(weights: str, packed: str):
 T5Model.replace = replacing('params', 'panels')
 
 
-# Kernels a decoder step multiplies the same input by, packed side by side (one product).
-_FUSED = {'qkv': ('query', 'key', 'value'), 'wi': ('wi_0', 'wi_1')}
+def _kernel(path: tuple[str, ...]) -> bool:
+  """Whether a parameter path names a Dense kernel (`T5Model.with_panels` packs them)."""
+  return path[-1] == 'kernel'
 
 
-def _step_kernel(path: tuple[str, ...]) -> bool:
-  """Whether a parameter path names a kernel of a decoder step (`T5Model.with_panels`)."""
-  return (path[0] == 'decoder' and path[-1] == 'kernel'
-          and not ('encoder_decoder_attention' in path and path[-2] in ('key', 'value')))
+def _fused(path: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+  """The kernels of the module at `path` that multiply one input, packed side by side."""
+  if path[-1:] == ('mlp',):
+    return {'wi': ('wi_0', 'wi_1')}
+  if path[-1:] == ('encoder_decoder_attention',):  # the query reads the decoder's input
+    return {'kv': ('key', 'value')}
+  if path[-1:] in (('self_attention',), ('attention',)):
+    return {'qkv': ('query', 'key', 'value')}
+  return {}
 
 
 def _with_panels(model):

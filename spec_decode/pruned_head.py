@@ -56,7 +56,7 @@ class PrunedHeadDraft:
 
   @classmethod
   def create(cls, model: models.T5Model, ids) -> 'PrunedHeadDraft':
-    """The draft `model` scoring only `ids` ([N] distinct ids in [0, V), N >= 1).
+    """The draft `model` scoring only `ids` ([N] distinct ids in [0, V), N >= 1), `with_panels`.
 
     Raises:
       ValueError: ids that are not a non-empty 1-D set of ids of the vocabulary.
@@ -69,7 +69,7 @@ class PrunedHeadDraft:
     ids = np.sort(ids).astype(np.int32)
     # float32 once here, as nn.Dense(dtype=float32) would promote it at every step.
     kernel = jnp.asarray(model.params['decoder']['logits_dense']['kernel'][:, ids], jnp.float32)
-    return cls(model, jnp.asarray(ids), kernel)
+    return cls(model, jnp.asarray(ids), kernel).with_panels()
 
   @property
   def vocab_size(self) -> int:

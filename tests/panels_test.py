@@ -56,6 +56,20 @@ def test_panel_products_are_bitwise_the_kernel_s_and_accurate(shape):
   assert np.max(np.abs(alone - exact)) <= 1e-5 * np.max(np.abs(exact))
 
 
+def test_panel_products_of_many_rows_are_each_row_s_alone():
+  rng = np.random.default_rng(5)
+  w = jnp.asarray(rng.standard_normal((200, 130)), jnp.bfloat16).astype(jnp.float32)
+  x = jnp.asarray(rng.standard_normal((kernels.PANEL_MAX_ROWS, 200)), jnp.float32)
+  by_panels = jax.jit(kernels.dense_panels)
+  for dtype in (jnp.float32, jnp.bfloat16):
+    panels = kernels.pack(w, dtype)
+    alone = by_panels(x[:7], panels, w)
+    for rows in (17, 40, kernels.PANEL_MAX_ROWS):  # row groups of 6 and a partial one
+      np.testing.assert_array_equal(by_panels(x[:rows], panels, w)[:7], alone)
+    assert kernels.panels_apply(x, panels, w) and not kernels.panels_apply(
+        jnp.concatenate([x, x[:1]]), panels, w)  # 257 rows: XLA's product
+
+
 @pytest.mark.parametrize('shape', SHAPES)
 def test_bfloat16_panels_of_bfloat16_weights_give_the_float32_products_bitwise(shape):
   rng = np.random.default_rng(sum(shape) + 1)
@@ -82,7 +96,8 @@ def test_pack_tree_packs_fused_siblings_side_by_side():
   rng = np.random.default_rng(3)
   a, b, c = (jnp.asarray(rng.standard_normal((8, n)), jnp.float32) for n in (70, 64, 30))
   params = {'m': {'a': {'kernel': a}, 'b': {'kernel': b}}, 'n': {'a': {'kernel': c}}}
-  packed = kernels.pack_tree(params, lambda path: path[-1] == 'kernel', {'ab': ('a', 'b')})
+  packed = kernels.pack_tree(params, lambda path: path[-1] == 'kernel',
+                            lambda path: {'ab': ('a', 'b')})
   assert set(packed['m']) == {'ab'} and set(packed['n']) == {'a'}  # n lacks b: packed alone
   np.testing.assert_array_equal(packed['m']['ab'], kernels.pack(jnp.concatenate([a, b], 1)))
 
@@ -121,12 +136,14 @@ def test_t5_steps_read_the_panels_and_equal_the_unpacked_model_bitwise():
   model = models.T5Model.random(t5_1_1('nano', vocab_size=256), jax.random.key(0))
   assert model.panels is not None, 'T5Model.random did not pack on one CPU device'
   layer = model.panels['decoder']['layers_0']
-  # Cross-attention keys and values are computed once per input; the products of one
-  # input are packed side by side.
-  assert set(layer['encoder_decoder_attention']) == {'query', 'out'}
+  # The products of one input are packed side by side (cross-attention's keys and values
+  # read the encoder's output, its query the decoder's).
+  assert set(layer['encoder_decoder_attention']) == {'query', 'kv', 'out'}
   assert set(layer['self_attention']) == {'qkv', 'out'} and set(layer['mlp']) == {'wi', 'wo'}
+  assert set(model.panels['encoder']['layers_0']['attention']) == {'qkv', 'out'}
   unpacked = models.T5Model(model.config, model.params)
-  inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 9)), jnp.int32)
+  # 2 x 8 tokens: the unpacked encoder's products take the (unpacked) kernel too.
+  inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 8)), jnp.int32)
   assert 'spec_decode_dense_panels' in jax.jit(_step_logits).lower(model, inputs).as_text()
   assert 'spec_decode_dense_panels' not in jax.jit(_step_logits).lower(unpacked,
                                                                         inputs).as_text()

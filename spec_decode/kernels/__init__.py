@@ -9,10 +9,12 @@ over the weights (dense.cc, compiled on first use by spec_decode.kernels.build
 and registered through the XLA FFI).
 
 `dense_panels` is the same product from weights packed once into contiguous
-64-column panels (`pack`): the T5 decoder's kernels are packed when a model is
-made or first decodes (`models.T5Model.with_panels`), so a step reads each
-matrix as one stream, about twice as fast as rows read 128 bytes at a time,
-and bitwise the same result.
+64-column panels (`pack`), for 1..256 rows: a T5 model's kernels are packed
+when it is made or first decodes (`models.T5Model.with_panels`), so a step
+reads each matrix as one stream, about twice as fast as rows read 128 bytes
+at a time, and bitwise the same result; an encoder over up to 256 tokens
+takes it too (faster than XLA's GEMM on the machines measured, in groups of 6
+rows per pass over weights held in L2).
 
 `attention` computes a decoding step's attention over the cache for 1..16
 query positions in one call (dot products, bias, softmax, weighted sum;
@@ -21,7 +23,7 @@ GEMMs, most of what a demo-size verify call cost beyond one position.
 
 `dot_general` is `lax.dot_general` with that kernel where it applies, and the
 T5 layers' `Dense` (t5.layers) takes it, or `dense_panels` where the variables
-hold panels: float32 operands, 1..16 rows, the default backend a CPU and a
+hold panels: float32 operands, 1..16 rows (1..256 from panels), the default backend a CPU and a
 single device (a mesh keeps XLA's products, which its partitioner can split).
 Everything else, accelerators and training batches included, is XLA's as
 before; `t5.layers.MultiHeadAttention` takes
@@ -51,6 +53,7 @@ from jax import lax
 from spec_decode.kernels import build
 
 MAX_ROWS = 16
+PANEL_MAX_ROWS = 256  # products from panels: a step's rows, or an encoder's tokens
 SWITCH = 'SPEC_DECODE_CPU_KERNELS'
 
 
@@ -155,16 +158,18 @@ def exact_in_bfloat16(w: jax.Array) -> bool:
 
 
 def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool],
-              fused: dict[str, tuple[str, ...]] | None = None) -> dict:
+              fused: Callable[[tuple[str, ...]], dict[str, tuple[str, ...]]] | None = None
+              ) -> dict:
   """`pack` of each 2-D leaf of a nested-dict tree whose key path `select` takes.
 
   A leaf bfloat16 holds exactly is packed in bfloat16 (the same products from
   half the bytes), any other in float32. Kernels of sibling modules that
-  multiply the same input can be packed side by side, as one product: `fused`
-  maps a name to sibling names (e.g. 'qkv': ('query', 'key', 'value')); where
-  a node holds all of those modules and `select` takes their kernels, the
-  node's panels hold `pack(concatenate(kernels, axis=1))` under that name
-  instead of the parts (each output column is the same sum either way).
+  multiply the same input can be packed side by side, as one product:
+  `fused(path)` maps names to sibling names for the node at `path` (e.g.
+  {'qkv': ('query', 'key', 'value')}); where the node holds all of those
+  modules and `select` takes their kernels, its panels hold
+  `pack(concatenate(kernels, axis=1))` under that name instead of the parts
+  (each output column is the same sum either way).
 
   Returns:
     The nested dict of those panels alone, under the same keys (a flax
@@ -180,7 +185,7 @@ def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool],
 
   def walk(node, names):
     done = set()
-    for name, parts in (fused or {}).items():
+    for name, parts in (fused(names) if fused else {}).items():
       paths = [names + (part, 'kernel') for part in parts]
       if all(isinstance(node.get(part), Mapping) and jnp.ndim(node[part].get('kernel')) == 2
              and select(path) for part, path in zip(parts, paths)):
@@ -211,9 +216,11 @@ def packing_pays(params: Any) -> bool:
 
 
 def panels_apply(x: jax.Array, panels: jax.Array, w: jax.Array) -> bool:
-  """Whether `dense_panels(x, panels, w)` runs the kernel: `applies(x, w)` and panels of w."""
-  return (applies(x, w) and panels.dtype in (jnp.float32, jnp.bfloat16)
-          and panels.shape == (-(-w.shape[1] // PANEL), w.shape[0], PANEL))
+  """Whether `dense_panels(x, panels, w)` runs the kernel: as `applies`, up to 256 rows."""
+  rows = math.prod(x.shape[:-1])
+  return (x.dtype == w.dtype == jnp.float32 and w.ndim == 2 and x.shape[-1] == w.shape[0]
+          and 1 <= rows <= PANEL_MAX_ROWS and panels.dtype in (jnp.float32, jnp.bfloat16)
+          and panels.shape == (-(-w.shape[1] // PANEL), w.shape[0], PANEL) and in_use())
 
 
 @jax.custom_vjp
@@ -221,7 +228,7 @@ def dense_panels(x: jax.Array, panels: jax.Array, w: jax.Array) -> jax.Array:
   """x @ w by the kernel from `panels = pack(w, dtype)`; bitwise `dense(x, w)` if they hold w.
 
   Args:
-    x: [..., in], 1..16 rows in all, float32.
+    x: [..., in], 1..256 rows in all, float32.
     panels: pack(w, dtype), [ceil(out / 64), in, 64] float32 or bfloat16.
     w: [in, out] float32, for the gradients (XLA's products) and the shape.
 

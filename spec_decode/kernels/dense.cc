@@ -1,4 +1,5 @@
-// K-row dense products for XLA:CPU through the XLA FFI: y = x @ w for 1..16 rows.
+// K-row dense products for XLA:CPU through the XLA FFI: y = x @ w for 1..16 rows (1..256
+// from packed panels).
 //
 // XLA:CPU multiplies one row by a weight matrix as a GEMV that streams the weights
 // once, but 2-16 rows as a GEMM that packs the weights on every call, so a verify
@@ -122,6 +123,10 @@ constexpr int64_t kPanel = 64;
 // Weight rows per pass over a panel: 128 KB, held in L2 for the passes of the other rows.
 constexpr int64_t kPanelBlock = 512;
 
+// Rows of x a product from panels takes (kernels.PANEL_MAX_ROWS): a step's few, or an
+// encoder's tokens; beyond, XLA's product.
+constexpr int64_t kMaxPanelRows = 256;
+
 // Rows of x per pass over a panel block: 6 x 4 accumulators and the 4 weight vectors
 // fill 28 of the 32 vector registers of AVX-512.
 constexpr int kGroup = 6;
@@ -226,7 +231,7 @@ static ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
   return ffi::Error::Success();
 }
 
-// x [..., in] with 1..16 rows in all, panels [ceil(out / 64), in, 64] of float32 (W = float)
+// x [..., in] with 1..256 rows in all, panels [ceil(out / 64), in, 64] of float32 (W = float)
 // or bfloat16 (W = uint16_t) -> y [..., out].
 template <ffi::DataType T, typename W>
 static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
@@ -239,14 +244,14 @@ static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
         "spec_decode_dense_panels: x [..., in], panels [ceil(out / 64), in, 64], y [..., out]");
   int64_t in = wd[1], out = yd[yd.size() - 1];
   int64_t rows = x.element_count() / in;
-  if (rows < 1 || rows > 16 || y->element_count() != rows * out ||
+  if (rows < 1 || rows > kMaxPanelRows || y->element_count() != rows * out ||
       wd[0] != (out + kPanel - 1) / kPanel)
     return ffi::Error::InvalidArgument(
-        "spec_decode_dense_panels: 1..16 rows of x and ceil(out / 64) panels");
+        "spec_decode_dense_panels: 1..256 rows of x and ceil(out / 64) panels");
   const float* xp = x.typed_data();
   const W* wp = reinterpret_cast<const W*>(w.typed_data());
   float* yp = y->typed_data();
-  const int m = static_cast<int>(rows);
+  const int m = static_cast<int>(rows);  // groups of kGroup rows per pass
   Run(pool, [=](int64_t n0, int64_t n1) { Panels(m, xp, wp, yp, in, out, n0, n1); }, in, out,
       kPanel);
   return ffi::Error::Success();

@@ -60,7 +60,7 @@ class Dense(nn.Module):
 
   The parameter is nn.Dense's ('kernel', [in, features]). When the variables
   hold a packed copy of it in the `kernels.PANELS` collection (from
-  `models.T5Model.with_panels`), a product of 1..16 rows reads that copy
+  `models.T5Model.with_panels`), a product of 1..256 rows reads that copy
   (`kernels.dense_panels`, bitwise the same result); otherwise
   `kernels.dot_general` decides between the kernel and XLA's product.
 
@@ -161,9 +161,12 @@ class MultiHeadAttention(nn.Module):
 
     Heads before positions: both attention products then contract the
     buffers in the layout they are stored in, so a cached decoding step never
-    copies them into another one.
+    copies them into another one. One product where the panels hold both
+    kernels packed together ('kv').
     """
-    return self._heads(self.key(inputs_kv)), self._heads(self.value(inputs_kv))
+    fused = fused_product(self, inputs_kv, 'kv', ('key', 'value'))
+    key, value = fused or (self.key(inputs_kv), self.value(inputs_kv))
+    return self._heads(key), self._heads(value)
 
   def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Self-attention's projections: [B, L, E] -> query [B, L, H * Dh], keys and values.

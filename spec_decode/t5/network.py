@@ -106,7 +106,7 @@ class EncoderLayer(nn.Module):
   def __call__(self, inputs: jax.Array, bias: jax.Array, deterministic: bool) -> jax.Array:
     """[B, S, E], bias [B, H, S, S] -> [B, S, E]."""
     x = self.pre_attention_layer_norm(inputs)
-    x = self.attention(x, *self.attention.project_kv(x), bias, deterministic)
+    x = self.attention.attend(*self.attention.project_qkv(x), bias, deterministic)
     x = inputs + self.dropout(x, deterministic=deterministic)
     y = self.mlp(self.pre_mlp_layer_norm(x), deterministic)
     return x + self.dropout(y, deterministic=deterministic)
