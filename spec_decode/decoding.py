@@ -66,8 +66,8 @@ class DecodeOutput:
     generated: [B] int32 tokens the loop produced per row (prompt excluded).
     target_calls: [B] int32 target calls made while the row was unfinished.
     draft_calls: [B] int32 draft calls made while the row was unfinished:
-      each iteration's batched draft steps, plus the catch-up call where the
-      row itself needed it.
+      each iteration's batched draft steps (the first over two positions:
+      drafting.first_call).
     accept_histogram: [gamma + 1] int32 how often 0..gamma drafts were accepted
       (over unfinished rows and iterations); the baseline is gamma = 0.
     draft_histogram: [gamma + 1] int32 how often 0..gamma drafts were proposed
@@ -349,7 +349,7 @@ def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, *, sa
     #    proposes its first lengths[b] (all gamma unless confidence_threshold).
     draft_keys = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key), 0, 1)
     draft_cache, x, q, lengths, steps, draft_bad = drafting.draft_block(
-        draft_step_fn, s.draft_cache, last, draft_keys, gamma=gamma, sampling=draft_sampling,
+        draft_step_fn, s.draft_cache, s.tokens, draft_keys, gamma=gamma, sampling=draft_sampling,
         active=active, confidence_threshold=confidence_threshold,
         check_finite=options.check_finite)
 
@@ -359,15 +359,10 @@ def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, *, sa
                                            jnp.concatenate([last[:, None], x], axis=1),
                                            s.target_cache, steps, options.verify_lengths)
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
+    # (The draft has seen x_1..x_{steps-1}: after a clean sweep the next
+    # iteration's first draft call feeds it x_steps with y.)
     n, y = speculative.accept(accept_key, x, q, logits, sampling, lenience, options.verification,
                               lengths=None if confidence_threshold is None else lengths)
-    # The draft has seen x_1..x_{steps-1}: rows that kept all `steps` drafts
-    # need x_steps fed (a row that stopped earlier fed its last draft already).
-    sweep = active & (n == steps)
-    draft_cache = jax.lax.cond(
-        jnp.any(sweep),
-        lambda c: draft_step_fn(jax.lax.dynamic_slice_in_dim(x, steps - 1, 1, axis=1), c)[1],
-        lambda c: c, draft_cache)
 
     # 4. Emit x_1..x_n, y, cut at the first EOS and at max_decode_len.
     slots = jnp.arange(gamma + 1)
@@ -386,11 +381,11 @@ def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, *, sa
         target_cache=cache_lib.rewind(target_cache, index),
         draft_cache=cache_lib.rewind(draft_cache, index), rng=rng,
         target_calls=s.target_calls + active,
-        draft_calls=s.draft_calls + active * steps + sweep,
+        draft_calls=s.draft_calls + active * steps,
         accept_histogram=s.accept_histogram + _histogram(n, active, gamma),
         draft_histogram=s.draft_histogram + _histogram(lengths, active, gamma),
         loop_target_calls=s.loop_target_calls + 1,
-        loop_draft_calls=s.loop_draft_calls + steps + jnp.any(sweep))
+        loop_draft_calls=s.loop_draft_calls + steps)
 
   return body
 

@@ -2,6 +2,12 @@
 
 Fixed length (Algorithm 1): gamma draft calls, one `lax.scan`.
 
+The first call of an iteration feeds the draft the row's last two tokens (a
+K = 2 call): the one before `last` is x_gamma after a clean sweep, which the
+draft has not seen, and a token it has seen (written again, the same entry)
+otherwise. A sweep then costs no draft call of its own, and an iteration
+makes exactly gamma draft calls, as eq. (5) counts them.
+
 Adaptive length: a `lax.while_loop` of at most gamma draft calls. Row b stops
 drafting after x_t when the draft's own probability of x_t, softmax of its raw
 logits (temperature 1, no truncation), is below `confidence_threshold`
@@ -99,15 +105,38 @@ def verify(target_step_fn, tokens: jax.Array, cache: cache_lib.Cache, steps: jax
   return jax.lax.switch(branch, [call(k) for k in verify_lengths], cache)
 
 
-def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: jax.Array, *,
+def first_call(draft_step_fn, cache: cache_lib.Cache, tokens: jax.Array):
+  """The draft's first call of an iteration, over each row's last two tokens.
+
+  Args:
+    draft_step_fn: the draft's step function.
+    cache: its Cache at each row's position of `last` (index; every position
+      before index - 1 written).
+    tokens: [B, T] int32 the loop's tokens, `last` at `cache.index`.
+
+  Returns:
+    logits: [B, V] the draft's logits after `last`.
+    cache: the Cache at index + 1 (index - 1 and index written; at index 0,
+      the one token and a stale entry at 1, rewritten by the next call).
+  """
+  index = cache.index
+  begin = jnp.maximum(index - 1, 0)  # [B]
+  pair = jax.vmap(lambda row, b: jax.lax.dynamic_slice_in_dim(row, b, 2))(tokens, begin)
+  logits, cache = draft_step_fn(pair, cache_lib.rewind(cache, begin))  # [B, 2, V]
+  logits = jnp.take_along_axis(logits, (index - begin)[:, None, None], axis=1)[:, 0]
+  return logits, cache_lib.rewind(cache, index + 1)
+
+
+def draft_block(draft_step_fn, cache: cache_lib.Cache, tokens: jax.Array, keys: jax.Array, *,
                 gamma: int, sampling: sampling_lib.SamplingParams, active: jax.Array,
                 confidence_threshold: float | jax.Array | None, check_finite: bool):
   """Drafts up to gamma tokens per row.
 
   Args:
     draft_step_fn: the draft's step function.
-    cache: its Cache, holding every position before `last`.
-    last: [B] int32 each row's last known token.
+    cache: its Cache at each row's position of its last known token.
+    tokens: [B, T] int32 the loop's tokens, each row's last known one at
+      `cache.index` (`first_call`).
     keys: [gamma, B] PRNG keys, one per draft step and row.
     gamma: static most tokens drafted per row.
     sampling: the knobs that turn logits into q.
@@ -127,17 +156,20 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: ja
       when fixed).
     bad: [B] bool rows with a non-finite draft logit, or None.
   """
+  def draw(logits, key):  # logits [B, V]
+    q_t, x_t = sampling_lib.draw(key, logits, sampling)
+    return q_t, x_t, loop_utils.nonfinite_rows(logits[:, None]) if check_finite else None
+
+  logits, cache = first_call(draft_step_fn, cache, tokens)
+  q_1, x_1, bad = draw(logits, keys[0])
   if confidence_threshold is None:
-    return _fixed(draft_step_fn, cache, last, keys, sampling, check_finite)
-  batch = last.shape[0]
+    return _fixed(draft_step_fn, cache, x_1, q_1, bad, keys, draw)
+  batch = x_1.shape[0]
 
-  def call(cache, token, key):
-    logits, cache = draft_step_fn(token[:, None], cache)
-    q_t, x_t = sampling_lib.draw(key, logits[:, 0], sampling)
-    return cache, logits[:, 0], q_t, x_t
-
-  shapes = jax.eval_shape(call, cache, last, keys[0])
-  vocab = shapes[2].shape[-1]
+  def stops(logits, x_t):
+    log_confidence = (jnp.take_along_axis(logits, x_t[:, None], axis=-1)[:, 0]
+                      - jax.nn.logsumexp(logits, axis=-1))
+    return log_confidence < jnp.log(confidence_threshold)
 
   def cond(carry):
     t, stopped = carry[0], carry[5]
@@ -145,34 +177,36 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, last: jax.Array, keys: ja
 
   def body(carry):
     t, cache, token, x, q, stopped, lengths, bad = carry
-    cache, logits, q_t, x_t = call(cache, token, keys[t])
-    log_confidence = (jnp.take_along_axis(logits, x_t[:, None], axis=-1)[:, 0]
-                      - jax.nn.logsumexp(logits, axis=-1))
-    stop = ~stopped & (log_confidence < jnp.log(confidence_threshold))
+    logits, cache = draft_step_fn(token[:, None], cache)
+    q_t, x_t, bad_t = draw(logits[:, 0], keys[t])
+    stop = ~stopped & stops(logits[:, 0], x_t)
     if bad is not None:
-      bad = bad | (~stopped & loop_utils.nonfinite_rows(logits))
+      bad = bad | (~stopped & bad_t)
     return (t + 1, cache, x_t, x.at[:, t].set(x_t), q.at[:, t].set(q_t), stopped | stop,
             jnp.where(stop, t + 1, lengths), bad)
 
-  carry = (jnp.zeros((), jnp.int32), cache, last, jnp.zeros((batch, gamma), jnp.int32),
-           jnp.zeros((batch, gamma, vocab), shapes[2].dtype), jnp.zeros((batch,), bool),
-           jnp.full((batch,), gamma, jnp.int32),
-           jnp.zeros((batch,), bool) if check_finite else None)
+  stopped = stops(logits, x_1)
+  carry = (jnp.ones((), jnp.int32), cache, x_1,
+           jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x_1),
+           jnp.zeros((batch, gamma) + q_1.shape[1:], q_1.dtype).at[:, 0].set(q_1), stopped,
+           jnp.where(stopped, 1, gamma).astype(jnp.int32), bad)
   steps, cache, _, x, q, _, lengths, bad = jax.lax.while_loop(cond, body, carry)
   return cache, x, q, lengths, steps, bad
 
 
-def _fixed(draft_step_fn, cache, last, keys, sampling, check_finite):
-  """gamma draft calls in one scan; see draft_block."""
+def _fixed(draft_step_fn, cache, x_1, q_1, bad_1, keys, draw):
+  """The other gamma - 1 draft calls in one scan; see draft_block."""
 
   def draft_one(carry, key):
     cache, token = carry
     logits, cache = draft_step_fn(token[:, None], cache)
-    q_i, x_i = sampling_lib.draw(key, logits[:, 0], sampling)  # [B, V], [B]
-    return (cache, x_i), (x_i, q_i, loop_utils.nonfinite_rows(logits) if check_finite else None)
+    q_t, x_t, bad_t = draw(logits[:, 0], key)  # [B, V], [B]
+    return (cache, x_t), (x_t, q_t, bad_t)
 
-  (cache, _), (x, q, bad) = jax.lax.scan(draft_one, (cache, last), keys)  # bad [gamma, B]
+  (cache, _), (x, q, bad) = jax.lax.scan(draft_one, (cache, x_1), keys[1:])  # bad [gamma-1, B]
   gamma, batch = keys.shape[:2]
-  return (cache, jnp.swapaxes(x, 0, 1), jnp.swapaxes(q, 0, 1),
-          jnp.full((batch,), gamma, jnp.int32), jnp.asarray(gamma, jnp.int32),
-          None if bad is None else jnp.any(bad, axis=0))
+  x = jnp.concatenate([x_1[:, None], jnp.swapaxes(x, 0, 1)], axis=1)
+  q = jnp.concatenate([q_1[:, None], jnp.swapaxes(q, 0, 1)], axis=1)
+  if bad_1 is not None:
+    bad_1 = bad_1 | jnp.any(bad, axis=0)
+  return cache, x, q, jnp.full((batch,), gamma, jnp.int32), jnp.asarray(gamma, jnp.int32), bad_1

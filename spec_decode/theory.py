@@ -136,8 +136,8 @@ def finite_tokens_per_call(alpha: ArrayLike, gamma: int, lengths: ArrayLike) -> 
   return np.sum(lengths) / np.sum(expected_calls(alpha[..., None], gamma, lengths), axis=-1)
 
 
-def expected_calls_along(betas: ArrayLike, gamma: int) -> tuple[float, float]:
-  """Expected target calls and clean sweeps for one output, acceptance per position.
+def expected_calls_along(betas: ArrayLike, gamma: int) -> float:
+  """Expected target calls for one output, acceptance per position.
 
   Eq. (1) and `expected_calls` give every draft the same acceptance
   probability alpha. Along a real output it changes from position to position
@@ -159,8 +159,7 @@ def expected_calls_along(betas: ArrayLike, gamma: int) -> tuple[float, float]:
     gamma: the draft length, a single integer >= 1.
 
   Returns:
-    (expected target calls, expected iterations that accept all gamma drafts,
-    each of which costs one catch-up draft call).
+    The expected target calls.
   """
   betas = _check_alpha(betas)
   gamma = int(_check_gamma(gamma))
@@ -168,14 +167,12 @@ def expected_calls_along(betas: ArrayLike, gamma: int) -> tuple[float, float]:
     raise ValueError(f'betas must be 1-D (one output), got shape {betas.shape}.')
   length = betas.shape[0]
   padded = np.concatenate([betas, np.zeros(gamma)])  # nothing is accepted past the end
-  calls, sweeps = np.zeros(length + 1), np.zeros(length + 1)
+  calls = np.zeros(length + 1)
   for j in range(length - 1, -1, -1):
     reach = np.cumprod(np.concatenate([[1.0], padded[j:j + gamma]]))  # P(>= m accepted)
     probs = reach - np.append(reach[1:], 0.0)  # P(m accepted), m = 0 .. gamma
-    after = np.minimum(j + np.arange(gamma + 1) + 1, length)
-    calls[j] = 1 + probs @ calls[after]
-    sweeps[j] = probs[-1] + probs @ sweeps[after]
-  return float(calls[0]), float(sweeps[0])
+    calls[j] = 1 + probs @ calls[np.minimum(j + np.arange(gamma + 1) + 1, length)]
+  return float(calls[0])
 
 
 def finite_walltime_improvement(
@@ -186,12 +183,10 @@ def finite_walltime_improvement(
     verify_cost: Optional[VerifyCost] = None,
     c_first: Optional[ArrayLike] = None,
 ) -> np.ndarray:
-  """Eq. (5) over outputs of the given lengths, with this project's catch-up call.
+  """Eq. (5) over outputs of the given lengths.
 
-  `walltime_improvement` with two corrections that short outputs show: the
-  tokens per call are `finite_tokens_per_call`'s, not eq. (1)'s; and an
-  iteration that keeps all gamma drafts (probability alpha^gamma) costs one
-  more draft step, which feeds x_gamma to the draft (spec_decode.decoding).
+  `walltime_improvement` with the tokens per call that short outputs show,
+  `finite_tokens_per_call`'s, not eq. (1)'s (an output ends mid-call).
 
   Args:
     alpha: acceptance rate(s) in [0, 1], any shape S.
@@ -205,8 +200,7 @@ def finite_walltime_improvement(
     The expected speedup, of shape S broadcast with c and c_first.
   """
   tokens = finite_tokens_per_call(alpha, gamma, lengths)
-  gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first)
-  return tokens / (cost + _check_alpha(alpha)**gamma * c)
+  return tokens / _iteration_cost(gamma, c, verify_cost, c_first)[2]
 
 
 def positional_walltime_improvement(
@@ -219,9 +213,8 @@ def positional_walltime_improvement(
 ) -> float:
   """`finite_walltime_improvement` with each output's acceptance per position.
 
-  The calls and clean sweeps (each one catch-up draft step) are those of
-  `expected_calls_along` over the outputs' measured betas, instead of those
-  of one alpha at every position.
+  The calls are those of `expected_calls_along` over the outputs' measured
+  betas, instead of those of one alpha at every position.
 
   Args:
     betas: one [L_i] array per output: the acceptance probability of each of
@@ -238,9 +231,9 @@ def positional_walltime_improvement(
   tokens = sum(np.size(b) for b in betas)
   if not tokens:
     raise ValueError('betas must hold at least one position.')
-  calls, sweeps = np.sum([expected_calls_along(b, gamma) for b in betas], axis=0)
-  gamma, c, cost = _iteration_cost(gamma, c, verify_cost, c_first, iteration_cost)
-  return float(tokens / calls / (cost + sweeps / calls * c))
+  calls = sum(expected_calls_along(b, gamma) for b in betas)
+  return float(tokens / calls / _iteration_cost(gamma, c, verify_cost, c_first,
+                                                iteration_cost)[2])
 
 
 def best_gamma_along(betas: Sequence[ArrayLike], c: float, gamma_max: int = 8,

@@ -163,12 +163,11 @@ def test_finite_walltime_improvement():
   tokens = lengths.sum() / theory.expected_calls(0.7, 4, lengths).sum()
   np.testing.assert_allclose(
       theory.finite_walltime_improvement(0.7, 4, 0.08, lengths, r, c_first=0.25),
-      tokens / (0.25 + 3 * 0.08 + 0.7**4 * 0.08 + 1.6))
-  # One very long output: eq. (5) with the catch-up call's cost added.
+      tokens / (0.25 + 3 * 0.08 + 1.6))
+  # One very long output: eq. (5).
   long = theory.finite_walltime_improvement(0.7, 4, 0.08, [4000], r, c_first=0.25)
-  eq5 = theory.walltime_improvement(0.7, 4, 0.08, r, c_first=0.25)
-  np.testing.assert_allclose(long, eq5 * (0.25 + 3 * 0.08 + 1.6)
-                             / (0.25 + 3 * 0.08 + 0.7**4 * 0.08 + 1.6), rtol=2e-3)
+  np.testing.assert_allclose(long, theory.walltime_improvement(0.7, 4, 0.08, r, c_first=0.25),
+                             rtol=2e-3)
   assert theory.finite_walltime_improvement(np.array([0.6, 0.8]), 3, 0.1, [10]).shape == (2,)
   np.testing.assert_allclose(theory.finite_tokens_per_call(0.7, 4, lengths), tokens)
   # alpha = 1: outputs of 5 and 8 tokens take 2 + 2 calls of up to 4 (gamma 3).
@@ -181,26 +180,25 @@ def test_finite_walltime_improvement():
 def test_expected_calls_along_by_hand_and_at_constant_beta():
   # gamma 4 over 1 1 0 | 1 1 1 1 | 1 0 | 1: keep 2 (3 tokens), sweep (5), keep 0 (1), and
   # the last token's draft kept (the draft past the end never is).
-  assert theory.expected_calls_along([1, 1, 0, 1, 1, 1, 1, 1, 0, 1], 4) == (4.0, 1.0)
-  assert theory.expected_calls_along([0, 0, 0], 2) == (3.0, 0.0)
-  assert theory.expected_calls_along([], 3) == (0.0, 0.0)
+  assert theory.expected_calls_along([1, 1, 0, 1, 1, 1, 1, 1, 0, 1], 4) == 4.0
+  assert theory.expected_calls_along([0, 0, 0], 2) == 3.0
+  assert theory.expected_calls_along([], 3) == 0.0
   for alpha in (0.0, 0.3, 0.7, 1.0):
     for length in (1, 2, 7, 30):
       for gamma in (1, 3, 4):
-        calls, sweeps = theory.expected_calls_along(np.full(length, alpha), gamma)
-        np.testing.assert_allclose(calls, theory.expected_calls(alpha, gamma, length))
-        assert 0 <= sweeps <= calls
+        np.testing.assert_allclose(theory.expected_calls_along(np.full(length, alpha), gamma),
+                                   theory.expected_calls(alpha, gamma, length))
 
 
 def test_expected_calls_along_matches_simulation():
   # 20,000 simulated decodings of one output whose acceptance varies by
-  # position; calls and sweeps within 4.5 standard errors of the exact values
-  # (false-positive rate ~1e-5 each).
+  # position; calls within 4.5 standard errors of the exact value (false-positive
+  # rate ~1e-5).
   rng = np.random.default_rng(1)
   betas = rng.uniform(size=23) ** 0.5
   gamma, trials = 4, 20_000
   known = np.zeros(trials, int)
-  calls, sweeps = np.zeros(trials), np.zeros(trials)
+  calls = np.zeros(trials)
   padded = np.append(betas, np.zeros(gamma))
   while np.any(known < len(betas)):
     active = known < len(betas)
@@ -210,25 +208,22 @@ def test_expected_calls_along_matches_simulation():
       going &= rng.uniform(size=trials) < padded[np.minimum(known + i, len(padded) - 1)]
       kept += going
     calls += active
-    sweeps += active & (kept == gamma)
     known = np.where(active, np.minimum(known + kept + 1, len(betas)), known)
-  exact_calls, exact_sweeps = theory.expected_calls_along(betas, gamma)
+  exact_calls = theory.expected_calls_along(betas, gamma)
   assert abs(calls.mean() - exact_calls) < 4.5 * calls.std() / np.sqrt(trials)
-  assert abs(sweeps.mean() - exact_sweeps) < 4.5 * sweeps.std() / np.sqrt(trials)
 
 
 def test_positional_walltime_improvement():
   r = np.array([1.0, 1.3, 1.4, 1.5, 1.6])
   lengths = [3, 16, 40]
   constant = [np.full(n, 0.7) for n in lengths]
-  # The same calls; finite_walltime_improvement takes alpha^gamma sweeps per call, where
-  # near an output's end there are fewer, so compare without the catch-up's cost (c = 0).
+  # The same calls at a constant beta.
   np.testing.assert_allclose(
-      theory.positional_walltime_improvement(constant, 4, 0.0, r, c_first=0.25),
-      theory.finite_walltime_improvement(0.7, 4, 0.0, lengths, r, c_first=0.25))
+      theory.positional_walltime_improvement(constant, 4, 0.1, r, c_first=0.25),
+      theory.finite_walltime_improvement(0.7, 4, 0.1, lengths, r, c_first=0.25))
   betas = [np.array([1, 1, 1, 1, 1, 0, 1.0])]  # one sweep (5 tokens), then 0 and 1 kept
   np.testing.assert_allclose(theory.positional_walltime_improvement(betas, 4, 0.1, r, 0.2),
-                             7 / 3 / (0.2 + 3 * 0.1 + 1.6 + 0.1 / 3))
+                             7 / 3 / (0.2 + 3 * 0.1 + 1.6))
 
 
 def test_iteration_cost_replaces_the_summed_parts():
@@ -236,10 +231,10 @@ def test_iteration_cost_replaces_the_summed_parts():
   # An iteration timed whole at 2.1 target steps, where c_first + 3 c + r(5) sums to 1.9.
   np.testing.assert_allclose(theory.walltime_improvement(0.7, 4, 0.1, r, 0.2, iteration_cost=2.1),
                              theory.expected_tokens(0.7, 4) / 2.1)
-  betas = [np.array([1, 1, 1, 1, 1, 0, 1.0])]  # as above: 3 calls, one sweep (catch-up: c)
+  betas = [np.array([1, 1, 1, 1, 1, 0, 1.0])]  # as above: 3 calls
   np.testing.assert_allclose(
       theory.positional_walltime_improvement(betas, 4, 0.1, r, 0.2, iteration_cost=2.1),
-      7 / 3 / (2.1 + 0.1 / 3))
+      7 / 3 / 2.1)
   with pytest.raises(ValueError, match='iteration_cost'):
     theory.walltime_improvement(0.7, 4, 0.1, iteration_cost=0.0)
   np.testing.assert_allclose(theory.summed_iteration_cost(4, 0.1, r, 0.2), 0.2 + 0.3 + 1.6)

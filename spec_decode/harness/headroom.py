@@ -26,9 +26,8 @@ tau' at a given alpha is the i.i.d. model's over the row's `output_lengths`
 without them, which over-counts short outputs' tokens per call by more (on the
 demo's outputs, 2.71 against 2.53 at the outputs' lengths and 2.46 in the
 loop, at gamma 3). Either favours the draft where acceptance varies along the
-outputs, as on the demo's, and so does holding loop_ms' at the measured share
-of catch-up draft calls, which more clean sweeps would raise: the alpha asked
-for is a lower bound and the speedup at alpha = 1 (`ceiling`) an upper one.
+outputs, as on the demo's: the alpha asked for is a lower bound and the speedup
+at alpha = 1 (`ceiling`) an upper one.
 """
 
 from typing import Mapping, Sequence

@@ -107,10 +107,9 @@ def _measured_over(key: str) -> Callable[[Row], str]:
   """A cell: the prediction `row[key]` and measured / it ('-' where older results lack it).
 
   'predicted_finite_speedup': at the outputs' lengths (an output ends
-  mid-iteration, and a clean sweep costs one more draft call:
-  `theory.finite_walltime_improvement`); 'predicted_positional_speedup': the
-  same at each position's measured beta instead of alpha everywhere
-  (`theory.positional_walltime_improvement`).
+  mid-iteration: `theory.finite_walltime_improvement`);
+  'predicted_positional_speedup': the same at each position's measured beta
+  instead of alpha everywhere (`theory.positional_walltime_improvement`).
   """
   def cell(row: Row) -> str:
     if key not in row:

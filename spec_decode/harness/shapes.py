@@ -15,14 +15,11 @@ length (no EOS can end it):
 
 and predicts, for an acceptance rate alpha given as an input,
 
-  speedup(alpha, gamma) = E[tokens](alpha, gamma) * baseline token
-                          / (iteration(gamma) + P(sweep) * catch-up)
+  speedup(alpha, gamma) = E[tokens](alpha, gamma) * baseline token / iteration(gamma)
 
-with eq. (1)'s expectation; P(sweep) = 1 - (1 - alpha^gamma)^B is the chance
-that some row of the batch accepts all gamma drafts, which costs one more draft
-step (timed as c_first: it follows a target call). Random weights accept almost
-nothing, so no measured iteration contains that step. The per-input fixed cost
-(the `start` of each model) is reported beside, not in the loop speedup.
+with eq. (1)'s expectation (an iteration's draft calls do not depend on what
+was accepted: drafting.first_call). The per-input fixed cost (the `start` of
+each model) is reported beside, not in the loop speedup.
 """
 
 import dataclasses
@@ -232,8 +229,6 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
         loop=name, gamma=0 if name == 'baseline' else int(name.split()[1]),
         verification='block' if name.endswith('block') else 'token',
         compile_s=compile_s[name], seconds=float(np.median(seconds)), iterations=iterations,
-        sweeps=int(out.loop_draft_calls) - iterations * (0 if name == 'baseline'
-                                                          else int(name.split()[1])),
         iteration_ms=1e3 * max(float(np.median(seconds)) - starts, 0.0) / iterations))
   memory, memory_kind = peak_memory()
   result = dict(
@@ -272,13 +267,10 @@ def speedups(result: dict) -> dict:
   loops = {row['gamma']: row for row in result['loops']
            if row.get('verification', 'token') == 'token'}
   token_ms = loops.pop(0)['iteration_ms']
-  batch, first_ms = settings['batch_size'], steps['draft_first_ms']
   r = np.asarray(steps['r'])
 
   def from_iterations(alpha: float, gamma: int) -> float:
-    sweep = 1 - (1 - alpha**gamma)**batch
-    return float(theory.expected_tokens(alpha, gamma) * token_ms
-                 / (loops[gamma]['iteration_ms'] + sweep * first_ms))
+    return float(theory.expected_tokens(alpha, gamma) * token_ms / loops[gamma]['iteration_ms'])
 
   def from_parts(alpha: float, gamma: int) -> float:
     return float(theory.walltime_improvement(alpha, gamma, steps['c'], r, steps['c_first']))

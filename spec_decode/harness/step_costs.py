@@ -38,11 +38,11 @@ class StepTimes:
   Attributes:
     draft_s: one draft step (K = 1) in a run of draft steps (a loop of draft
       steps alone): the cost of draft steps 2 .. gamma of an iteration.
-    draft_first_s: the first draft step after a target call: what a draft
-      step adds to a loop of target steps (timed paired, see
-      `StepCostRounds`). On a CPU it exceeds `draft_s` by the DRAM
-      traffic of re-reading the draft weights that the target call evicted
-      from the cache.
+    draft_first_s: the first draft step after a target call (over two
+      positions, as decoding's): what it adds to a loop of target steps
+      (timed paired, see `StepCostRounds`). On a CPU it exceeds `draft_s` by
+      the DRAM traffic of re-reading the draft weights that the target call
+      evicted from the cache.
     verify_measured_s: [k_max] one target call over K = 1 .. k_max
       positions, as timed.
     iteration_s: gamma -> one whole iteration's model calls (gamma draft
@@ -131,9 +131,10 @@ def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_
                     verify_k: int, parts: tuple[str, ...], num_steps: int) -> jax.Array:
   """num_steps iterations of `parts`, each fed the argmaxes of the last.
 
-  'drafts': gamma draft steps; 'verify': one target call over the last
-  verify_k of [last token, x_1..x_gamma] (gamma + 1: a verify call; 1 after
-  one draft step: the (draft step, target step) pair that times c_first).
+  'drafts': gamma draft steps, the first over two positions as decoding's
+  (`drafting.first_call`); 'verify': one target call over the last verify_k
+  of [last token, x_1..x_gamma] (gamma + 1: a verify call; 1 after one draft
+  step: the (draft step, target step) pair that times c_first).
   """
   (target_cache, draft_cache) = caches
   target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
@@ -143,8 +144,12 @@ def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_
   def body(_, carry):
     token, target_cache, draft_cache = carry
     tokens = [token]
-    for _ in range(gamma):
-      if 'drafts' in parts:
+    for i in range(gamma):
+      if 'drafts' in parts and i == 0:
+        logits, draft_cache = draft_step(jnp.stack([token, token], axis=1),
+                                         cache_lib.rewind(draft_cache, position - 1))
+        tokens.append(sampling_lib.argmax(logits[:, 1]).astype(jnp.int32))
+      elif 'drafts' in parts:
         logits, draft_cache = draft_step(tokens[-1][:, None], draft_cache)
         tokens.append(sampling_lib.argmax(logits[:, 0]).astype(jnp.int32))
       else:

@@ -253,7 +253,7 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     sampled, the two decoders draw outputs of different lengths, and a ratio
     of total times would credit either with the tokens it happened not to
     draw; eq. (5) with the measured r(gamma + 1) and c_first; the same at
-    the lengths of the speculative outputs, with the catch-up draft call,
+    the lengths of the speculative outputs,
     `theory.finite_walltime_improvement`; the paper's eq. (5) with r = 1 and c
     alone), tokens per call (measured, eq. (1), at the outputs' lengths,
     `output_lengths`), the fraction of outputs identical to the baseline's,
@@ -298,7 +298,7 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
   lengths = np.asarray([len(t) for t in speculative.tokens])
   predictions = {}
   if betas is not None:
-    calls = sum(theory.expected_calls_along(b, gamma)[0] for b in betas)
+    calls = sum(theory.expected_calls_along(b, gamma) for b in betas)
     predictions = dict(
         positional_tokens_per_call=sum(len(b) for b in betas) / calls,
         predicted_positional_speedup=theory.positional_walltime_improvement(
