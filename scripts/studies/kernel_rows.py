@@ -5,8 +5,9 @@ r"""Prints r(K) of a T5 decoding step with and without the CPU kernels, in one i
 
 r(K) is the cost of one target call over K positions against one position
 (eq. (5)'s verify cost). Each (variant, K) is a compiled loop of `--steps`
-calls at a fixed cache index (spec_decode.harness.step_costs), random weights,
-batch 1, float32; `xla` traces with SPEC_DECODE_CPU_KERNELS=0, `kernels` with
+calls at a fixed cache index (spec_decode.harness.step_costs), random weights
+(rounded to bfloat16 values with --bfloat16_weights: bfloat16 panels), batch 1,
+float32; `xla` traces with SPEC_DECODE_CPU_KERNELS=0, `kernels` with
 the kernels of spec_decode.kernels. All loops are timed round-robin, the median
 over rounds taken, so that a shared machine's drift moves both variants alike.
 The last line is the kernels' one-position step against XLA's (the baseline's
@@ -36,6 +37,9 @@ def main() -> None:
   parser.add_argument('--ks', type=int, nargs='+', default=[1, 2, 3, 4, 5, 6, 7, 8])
   parser.add_argument('--steps', type=int, default=30, help='calls per timed loop')
   parser.add_argument('--rounds', type=int, default=7)
+  parser.add_argument('--bfloat16_weights', action='store_true',
+                      help='round the random weights to bfloat16 values, as a bfloat16 '
+                           "checkpoint's, so that the kernels read bfloat16 panels")
   args = parser.parse_args()
   if 1 not in args.ks or min(args.ks) < 1 or max(args.ks) > kernels.MAX_ROWS:
     parser.error(f'ks must include 1 and lie in 1..{kernels.MAX_ROWS}, got {args.ks}')
@@ -44,6 +48,9 @@ def main() -> None:
 
   config = loading.parse_config(args.target)
   target = models.T5Model.random(config, jax.random.key(0))
+  if args.bfloat16_weights:
+    target = models.T5Model(config, jax.tree_util.tree_map(
+        lambda w: w.astype(jnp.bfloat16).astype(w.dtype), target.params)).with_panels()
   tokens = jnp.asarray(np.random.default_rng(0).integers(2, config.vocab_size,
                                                          (1, args.input_len)), jnp.int32)
   capacity = args.position + max(args.ks)
@@ -57,9 +64,10 @@ def main() -> None:
   seconds = {key: float(np.median(s)) / args.steps
              for key, s in step_costs.round_robin(runs, args.rounds).items()}
 
-  print(f'{args.target} target step, float32, batch 1, {args.input_len} input tokens, cache '
-        f'index {args.position}; {jax.devices()[0].device_kind}; median of {args.rounds} '
-        f'interleaved rounds of {args.steps} calls\n')
+  weights = 'bfloat16-valued (bfloat16 panels)' if args.bfloat16_weights else 'float32'
+  print(f'{args.target} target step, float32, {weights} weights, batch 1, {args.input_len} '
+        f'input tokens, cache index {args.position}; {jax.devices()[0].device_kind}; median of '
+        f'{args.rounds} interleaved rounds of {args.steps} calls\n')
   print('| K | xla ms | xla r(K) | kernels ms | kernels r(K) |')
   print('| --- | --- | --- | --- | --- |')
   for k in args.ks:
