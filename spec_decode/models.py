@@ -1,7 +1,7 @@
 """Glue from T5 parameters to the decoding loops' step functions.
 
 A `T5Model` is a config (static) and a parameter tree (traced), on one CPU
-device with packed copies of its decoder's kernels for the CPU kernels
+device with packed copies of its kernels for the CPU kernels
 (`with_panels`): it passes through `jax.jit` whole, so parameters are
 arguments of the compiled function, never constants baked into it.
 `T5Model.start` runs the encoder once and returns the step function and fresh

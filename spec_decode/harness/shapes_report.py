@@ -139,9 +139,8 @@ def write_report(out_dir: str | pathlib.Path, result: dict,
       'first draft step, c for the others, r(gamma + 1) for the verify call); the rest is the '
       "loop's own work and whatever the calls cost more inside it.\n\n"
       + report.markdown_table(loops, LOOP_COLUMNS),
-      '## Speedup at a given alpha\n\nE[tokens](alpha, gamma) x baseline ms per token / (ms per '
-      'iteration + P(some row accepts all gamma) x c_first step). "From the parts": eq. (5) '
-      'with the measured c, c_first and r(K).\n\n'
+      '## Speedup at a given alpha\n\nE[tokens](alpha, gamma) x baseline ms per token / ms per '
+      'iteration. "From the parts": eq. (5) with the measured c, c_first and r(K).\n\n'
       + report.markdown_table(result['table'], speedup_columns)
       + '\n\n' + report.markdown_table(result['best'], BEST_COLUMNS)
       + '\n\n' + images[1],
