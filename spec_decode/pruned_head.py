@@ -80,8 +80,7 @@ class PrunedHeadDraft:
     if '_with_panels' not in self.__dict__:
       model, head = self.model.with_panels(), self.head_panels
       if model.panels is not None and head is None:
-        head = kernels.pack(self.kernel, jnp.bfloat16 if kernels.exact_in_bfloat16(self.kernel)
-                            else jnp.float32)
+        head = kernels.pack_weights(self.kernel)
       object.__setattr__(self, '_with_panels', self.replace(model=model, head_panels=head))
     return self.__dict__['_with_panels']
 

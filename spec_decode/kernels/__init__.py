@@ -49,6 +49,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
+import numpy as np
 
 from spec_decode.kernels import build
 
@@ -140,36 +141,49 @@ def pack(w: jax.Array, dtype=jnp.float32) -> jax.Array:
   (`models.T5Model.with_panels`), never per step. bfloat16 panels halve what
   a step reads; they give the float32 product bitwise only for weights that
   bfloat16 holds exactly (`exact_in_bfloat16`), e.g. a bfloat16 checkpoint's.
+  A numpy `w` is packed by numpy (no XLA program to compile per shape), into
+  a numpy array.
   """
+  xp = np if isinstance(w, np.ndarray) else jnp
   width, out = w.shape
   count = -(-out // PANEL)
-  padded = jnp.pad(w, ((0, 0), (0, count * PANEL - out))).astype(dtype)
+  padded = xp.pad(w, ((0, 0), (0, count * PANEL - out))).astype(dtype)
   if dtype == jnp.bfloat16:
     # Each 32 columns interleaved, [0, 16, 1, 17, ..., 15, 31]: a 32-bit lane holds two
     # weights, the kernel widens each half with one operation (dense.cc, LoadRow).
-    return jnp.transpose(padded.reshape(width, count, 2, 2, 16), (1, 0, 2, 4, 3)).reshape(
+    return xp.transpose(padded.reshape(width, count, 2, 2, 16), (1, 0, 2, 4, 3)).reshape(
         count, width, PANEL)
-  return jnp.transpose(padded.reshape(width, count, PANEL), (1, 0, 2))
+  return xp.transpose(padded.reshape(width, count, PANEL), (1, 0, 2))
 
 
-def exact_in_bfloat16(w: jax.Array) -> bool:
+def exact_in_bfloat16(w: jax.Array | np.ndarray) -> bool:
   """Whether every element of float32 `w` is a bfloat16 value (a concrete array)."""
-  return bool(jnp.all(w.astype(jnp.bfloat16).astype(w.dtype) == w))
+  w = np.asarray(w)
+  return bool(np.array_equal(w.astype(jnp.bfloat16).astype(w.dtype), w))
+
+
+def pack_weights(w: jax.Array | np.ndarray) -> jax.Array:
+  """`pack` of concrete weights [in, out], on the host, onto the default device.
+
+  In bfloat16 where bfloat16 holds every weight exactly (the same products
+  from half the bytes), else in float32.
+  """
+  w = np.asarray(w)
+  dtype = jnp.bfloat16 if exact_in_bfloat16(w) else jnp.float32
+  return jax.device_put(np.ascontiguousarray(pack(w, dtype)))
 
 
 def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool],
               fused: Callable[[tuple[str, ...]], dict[str, tuple[str, ...]]] | None = None
               ) -> dict:
-  """`pack` of each 2-D leaf of a nested-dict tree whose key path `select` takes.
+  """`pack_weights` of each 2-D leaf of a nested-dict tree whose key path `select` takes.
 
-  A leaf bfloat16 holds exactly is packed in bfloat16 (the same products from
-  half the bytes), any other in float32. Kernels of sibling modules that
-  multiply the same input can be packed side by side, as one product:
-  `fused(path)` maps names to sibling names for the node at `path` (e.g.
-  {'qkv': ('query', 'key', 'value')}); where the node holds all of those
-  modules and `select` takes their kernels, its panels hold
-  `pack(concatenate(kernels, axis=1))` under that name instead of the parts
-  (each output column is the same sum either way).
+  Kernels of sibling modules that multiply the same input can be packed side
+  by side, as one product: `fused(path)` maps names to sibling names for the
+  node at `path` (e.g. {'qkv': ('query', 'key', 'value')}); where the node
+  holds all of those modules and `select` takes their kernels, its panels
+  hold `pack_weights(concatenate(kernels, axis=1))` under that name instead
+  of the parts (each output column is the same sum either way).
 
   Returns:
     The nested dict of those panels alone, under the same keys (a flax
@@ -181,7 +195,7 @@ def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool],
     node = packed
     for name in names[:-1]:
       node = node.setdefault(name, {})
-    node[names[-1]] = pack(w, jnp.bfloat16 if exact_in_bfloat16(w) else jnp.float32)
+    node[names[-1]] = pack_weights(w)
 
   def walk(node, names):
     done = set()
@@ -189,7 +203,8 @@ def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool],
       paths = [names + (part, 'kernel') for part in parts]
       if all(isinstance(node.get(part), Mapping) and jnp.ndim(node[part].get('kernel')) == 2
              and select(path) for part, path in zip(parts, paths)):
-        put(names + (name,), jnp.concatenate([node[part]['kernel'] for part in parts], axis=1))
+        put(names + (name,), np.concatenate([np.asarray(node[part]['kernel'])
+                                             for part in parts], axis=1))
         done.update(parts)
     for key, child in node.items():
       if key in done:
@@ -197,7 +212,7 @@ def pack_tree(params: Any, select: Callable[[tuple[str, ...]], bool],
       if isinstance(child, Mapping):
         walk(child, names + (key,))
       elif jnp.ndim(child) == 2 and select(names + (key,)):
-        put(names + (key,), child)
+        put(names + (key,), np.asarray(child))
 
   walk(params, ())
   return packed
