@@ -11,12 +11,14 @@ tests drive the loops with stubs.
 
 Token layout. `tokens[b, 0]` is the decoder start token (id 0, T5's BOS);
 generated token j of row b sits at `tokens[b, j]`. `index[b]` is the position
-of row b's last known token, and both caches hold keys/values for positions
-0 .. index[b] - 1: the next model call feeds `tokens[b, index[b]]`.
+of row b's last known token, and the target's cache holds keys/values for
+positions 0 .. index[b] - 1 (the draft's up to index[b] - 2 after a clean
+sweep): the next model call feeds `tokens[b, index[b]]`.
 
 One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
-  1. `steps` draft calls (K = 1) propose x_1..x_steps from q_1..q_steps:
-     steps = gamma, or with a confidence_threshold up to gamma, row b
+  1. `steps` draft calls propose x_1..x_steps from q_1..q_steps: the first
+     over the row's last two tokens (K = 2, `drafting.first_call`), the others
+     K = 1; steps = gamma, or with a confidence_threshold up to gamma, row b
      proposing its first lengths[b] (spec_decode.drafting);
   2. one target call over K = gamma + 1 positions (or the smallest of
      `verify_lengths` >= steps + 1) gives p_1..p_{steps+1};
@@ -24,8 +26,7 @@ One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
      draws the target's own token;
   4. each row advances by its own count and both caches are rewound per row.
 A row that kept all `steps` drafts leaves the draft one token behind
-(x_steps unseen); one more draft call catches it up, only in iterations where
-some row needs it.
+(x_steps unseen): the next iteration's first draft call feeds it, with y.
 
 These functions are meant to be traced inside a `jax.jit` built by the caller,
 with model parameters as traced arguments captured by the step functions.

@@ -46,8 +46,8 @@ class T5Model:
   Attributes:
     config: the T5Config; static (part of the pytree structure).
     params: the parameter tree in T5X layout (see spec_decode.t5.network).
-    panels: None, or packed copies of the kernels a decoder step multiplies
-      (`with_panels`); keyword-only. `replace(params=...)` drops them.
+    panels: None, or packed copies of the Dense kernels (`with_panels`);
+      keyword-only. `replace(params=...)` drops them.
   """
 
   config: T5Config = flax.struct.field(pytree_node=False)
@@ -60,7 +60,8 @@ class T5Model:
     The Dense kernels are packed (`kernels.pack`; those a layer multiplies one
     input by side by side, one product): a decoder step then reads each
     weight matrix as one stream, and the encoder's products of up to 256
-    tokens take the kernel too, bitwise the same products, for a second copy
+    tokens take the kernel too, bitwise the CPU kernel's products (for 17 to
+    256 rows an unpacked model takes XLA's, equal to rounding), for a second copy
     of the kernels in memory (half its size in bfloat16, where bfloat16 holds
     the weights). Packed once per model and cached.
     """

@@ -79,7 +79,7 @@ class PrunedHeadDraft:
     """This draft over `model.with_panels()`, its output layer packed too; cached."""
     if '_with_panels' not in self.__dict__:
       model, head = self.model.with_panels(), self.head_panels
-      if model.panels is not None and head is None:
+      if model.panels is not None and head is None and kernels.packing_pays(self.kernel):
         head = kernels.pack_weights(self.kernel)
       object.__setattr__(self, '_with_panels', self.replace(model=model, head_panels=head))
     return self.__dict__['_with_panels']

@@ -19,6 +19,7 @@ import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
+from spec_decode import drafting
 from spec_decode.harness import figures
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
@@ -107,14 +108,19 @@ def trace_speculative(target: models.T5Model, draft: models.T5Model,
     rng, draft_key, accept_key = split[:, 0], split[:, 1], split[:, 2]
     draft_keys = jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key)  # [1, gamma]
 
-    # 1. gamma draft calls.
-    token, drafts, qs = jnp.asarray([[last]], jnp.int32), [], []
+    # 1. gamma draft calls, the first over the last two tokens (drafting.first_call).
+    drafts, qs = [], []
+    known = jnp.asarray([[decoding.BOS_ID] + output + [0]], jnp.int32)  # last at len(output)
+    logits, draft_cache = drafting.first_call(
+        lambda tokens, cache: _step(draft, inputs, tokens, cache), draft_cache, known)
     for i in range(gamma):
-      logits, draft_cache = _step(draft, inputs, token, draft_cache)
-      x_i, q_i = _adjust_and_sample(draft_keys[:, i], logits[:, 0], sampling)
+      if i:
+        logits, draft_cache = _step(draft, inputs, jnp.asarray([drafts[-1:]], jnp.int32),
+                                    draft_cache)
+        logits = logits[:, 0]
+      x_i, q_i = _adjust_and_sample(draft_keys[:, i], logits, sampling)
       drafts.append(int(x_i[0]))
       qs.append(q_i)
-      token = x_i[:, None]
     x = jnp.asarray([drafts], jnp.int32)  # [1, gamma]
 
     # 2. One target call over [last, x_1..x_gamma].
@@ -124,8 +130,6 @@ def trace_speculative(target: models.T5Model, draft: models.T5Model,
     # 3. Accept a prefix, draw the target's own token.
     n, y = _accept(accept_key, x, jnp.stack(qs, axis=1), logits, sampling)
     n, y = int(n[0]), int(y[0])
-    if n == gamma:  # The draft has not seen x_gamma yet.
-      _, draft_cache = _step(draft, inputs, x[:, -1:], draft_cache)
 
     # 4. Emit x_1..x_n, y, cut at the first EOS and at max_decode_len.
     emitted = []

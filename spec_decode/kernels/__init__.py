@@ -148,7 +148,7 @@ def pack(w: jax.Array, dtype=jnp.float32) -> jax.Array:
   width, out = w.shape
   count = -(-out // PANEL)
   padded = xp.pad(w, ((0, 0), (0, count * PANEL - out))).astype(dtype)
-  if dtype == jnp.bfloat16:
+  if jnp.dtype(dtype) == jnp.bfloat16:
     # Each 32 columns interleaved, [0, 16, 1, 17, ..., 15, 31]: a 32-bit lane holds two
     # weights, the kernel widens each half with one operation (dense.cc, LoadRow).
     return xp.transpose(padded.reshape(width, count, 2, 2, 16), (1, 0, 2, 4, 3)).reshape(
