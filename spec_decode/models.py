@@ -35,6 +35,7 @@ from spec_decode import kernels
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 from spec_decode import speculative_beam
+from spec_decode.t5 import layers
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.network import Transformer
 
@@ -152,15 +153,16 @@ def _kernel(path: tuple[str, ...]) -> bool:
   return path[-1] == 'kernel'
 
 
+# The layers' fused products (t5.layers.FUSED) by the name of the module that makes them;
+# cross-attention's query reads the decoder's input, its keys and values the encoder's.
+_FUSED_BY_MODULE = {'mlp': 'wi', 'encoder_decoder_attention': 'kv', 'self_attention': 'qkv',
+                    'attention': 'qkv'}
+
+
 def _fused(path: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
   """The kernels of the module at `path` that multiply one input, packed side by side."""
-  if path[-1:] == ('mlp',):
-    return {'wi': ('wi_0', 'wi_1')}
-  if path[-1:] == ('encoder_decoder_attention',):  # the query reads the decoder's input
-    return {'kv': ('key', 'value')}
-  if path[-1:] in (('self_attention',), ('attention',)):
-    return {'qkv': ('query', 'key', 'value')}
-  return {}
+  name = _FUSED_BY_MODULE.get(path[-1]) if path else None
+  return {name: layers.FUSED[name]} if name else {}
 
 
 def _with_panels(model):

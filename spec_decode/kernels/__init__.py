@@ -81,11 +81,11 @@ def in_use() -> bool:
           and available())
 
 
-def applies(x: jax.Array, w: jax.Array) -> bool:
-  """Whether `dense(x, w)` runs the kernel: see the module's docstring."""
+def applies(x: jax.Array, w: jax.Array, max_rows: int = MAX_ROWS) -> bool:
+  """Whether `dense(x, w)` runs the kernel (`dense_panels` up to PANEL_MAX_ROWS rows)."""
   rows = math.prod(x.shape[:-1])
   return (x.dtype == w.dtype == jnp.float32 and w.ndim == 2 and x.shape[-1] == w.shape[0]
-          and 1 <= rows <= MAX_ROWS and in_use())
+          and 1 <= rows <= max_rows and in_use())
 
 
 @jax.custom_vjp
@@ -232,10 +232,9 @@ def packing_pays(params: Any) -> bool:
 
 def panels_apply(x: jax.Array, panels: jax.Array, w: jax.Array) -> bool:
   """Whether `dense_panels(x, panels, w)` runs the kernel: as `applies`, up to 256 rows."""
-  rows = math.prod(x.shape[:-1])
-  return (x.dtype == w.dtype == jnp.float32 and w.ndim == 2 and x.shape[-1] == w.shape[0]
-          and 1 <= rows <= PANEL_MAX_ROWS and panels.dtype in (jnp.float32, jnp.bfloat16)
-          and panels.shape == (-(-w.shape[1] // PANEL), w.shape[0], PANEL) and in_use())
+  return (panels.dtype in (jnp.float32, jnp.bfloat16)
+          and panels.shape == (-(-w.shape[1] // PANEL), w.shape[0], PANEL)
+          and applies(x, w, PANEL_MAX_ROWS))
 
 
 @jax.custom_vjp

@@ -88,24 +88,28 @@ class Dense(nn.Module):
     return kernels.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
 
-def fused_product(module: nn.Module, x: jax.Array, name: str,
-                  parts: tuple[str, ...]) -> list[jax.Array] | None:
-  """x times the kernels of `module`'s Dense children `parts`, in one product.
+# Dense children a module multiplies one input by, packed side by side under a name
+# (`models.T5Model.with_panels`, `kernels.pack_tree`'s `fused`): one product each.
+FUSED = {'qkv': ('query', 'key', 'value'), 'kv': ('key', 'value'), 'wi': ('wi_0', 'wi_1')}
+
+
+def fused_product(module: nn.Module, x: jax.Array, name: str) -> list[jax.Array] | None:
+  """x times the kernels of `module`'s Dense children FUSED[name], in one product.
 
   Where the module's variables hold those kernels packed side by side in the
-  `kernels.PANELS` collection under `name` (`kernels.pack_tree`'s `fused`),
-  and the kernel applies: one call instead of one per part, bitwise the same
-  outputs. Elsewhere None (the caller multiplies part by part).
+  `kernels.PANELS` collection under `name`, and the kernel applies: one call
+  instead of one per part, bitwise the same outputs. Elsewhere None (the
+  caller multiplies part by part).
 
   Args:
-    module: a bound module with Dense children named `parts`.
+    module: a bound module with the Dense children FUSED[name].
     x: [..., in].
-    name: the fused panels' name.
-    parts: the children, in the order they were packed.
+    name: a key of FUSED.
 
   Returns:
     One [..., features] array per part, or None.
   """
+  parts = FUSED[name]
   if not module.has_variable(kernels.PANELS, name):
     return None
   params = module.variables['params']
@@ -164,7 +168,7 @@ class MultiHeadAttention(nn.Module):
     copies them into another one. One product where the panels hold both
     kernels packed together ('kv').
     """
-    fused = fused_product(self, inputs_kv, 'kv', ('key', 'value'))
+    fused = fused_product(self, inputs_kv, 'kv')
     key, value = fused or (self.key(inputs_kv), self.value(inputs_kv))
     return self._heads(key), self._heads(value)
 
@@ -174,7 +178,7 @@ class MultiHeadAttention(nn.Module):
     One product where the panels hold the three kernels packed together
     ('qkv'), else three; keys and values as `project_kv`.
     """
-    fused = fused_product(self, x, 'qkv', ('query', 'key', 'value'))
+    fused = fused_product(self, x, 'qkv')
     if fused is None:
       return self.query(x), *self.project_kv(x)
     query, key, value = fused
@@ -238,7 +242,7 @@ class MlpBlock(nn.Module):
         features, kernel_init=dense_init, dtype=self.dtype, param_dtype=self.param_dtype,
         name=name)
     # One product where the panels hold wi_0 and wi_1 packed together ('wi').
-    wi_0, wi_1 = fused_product(self, x, 'wi', ('wi_0', 'wi_1')) or (
+    wi_0, wi_1 = fused_product(self, x, 'wi') or (
         dense(self.mlp_dim, 'wi_0')(x), dense(self.mlp_dim, 'wi_1')(x))
     # nn.gelu is the tanh approximation, as in T5X (and HF's gelu_new).
     h = nn.gelu(wi_0) * wi_1
