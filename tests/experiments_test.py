@@ -198,6 +198,9 @@ def _fixed_rounds(before, between, log):
     def add_iterations(self, gammas):
       log.append(('iterations', tuple(gammas)))
 
+    def add_starts(self, inputs):
+      log.append(('starts', tuple(x.shape for x in inputs)))
+
     def clear(self):
       log.append('clear')
 
@@ -232,8 +235,10 @@ def test_walltime_experiment_predicts_with_parts_timed_between_the_loops(target,
       target, drafts.PromptLookupDraft(VOCAB), 'prompt_lookup', settings)
   # Every 3 // 2 = 1 input, and after the last: a round after each of the three inputs.
   gamma = rows[0]['gamma']  # whole iterations of the gamma decoded, timed between the loops
-  assert log == [('built', 3), ('timed', 5), ('iterations', (gamma,)), 'clear', 0, 'round', 1,
-                 'round', 2, 'round']
+  cut = tuple((1, len(loading.trim_padding(row))) for row in experiments.task_inputs(
+      settings.task, settings.split, 3, 32)[0])  # each input in its bucket, as decoded
+  assert log == [('built', 3), ('timed', 5), ('iterations', (gamma,)), ('starts', cut), 'clear',
+                 0, 'round', 1, 'round', 2, 'round']
   assert inputs_timed == [0, 1, 2]
   assert timing['c'] == pytest.approx(between.c)
   assert timing['gamma_chosen_with']['c'] == pytest.approx(before.c)

@@ -15,6 +15,7 @@ from spec_decode import drafts
 from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
 from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode.harness import walltime
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
@@ -226,6 +227,15 @@ def test_step_times_are_positive_and_shaped(target, inputs):
       '1': times.iteration_cost(1)}
   with pytest.raises(ValueError, match='gamma must be in 1..1'):
     rounds.add_iterations([2])  # its verify call (K = 3) exceeds k_max
+  length = inputs.shape[1]
+  rounds.add_starts([inputs[:1], inputs[1:2, :5], inputs[2:3, :5]])  # two lengths
+  rounds.round()
+  times = rounds.times()
+  assert sorted(times.target_start_s) == sorted(times.both_start_s) == sorted({5, length})
+  assert all(t > 0 for t in [*times.target_start_s.values(), *times.both_start_s.values()])
+  assert times.row()['target_start_ms'] == {str(n): 1e3 * t
+                                            for n, t in times.target_start_s.items()}
+  assert list(times.iteration_s) == [1]  # the starts are not iterations
   rounds.clear()
   with pytest.raises(ValueError, match='no round timed yet'):
     rounds.times()
@@ -281,6 +291,28 @@ def test_time_decoding_and_summary(target, draft, inputs):
   assert row['iteration_cost'] == pytest.approx(1.5)
   assert row['predicted_iteration_speedup'] == pytest.approx(theory.expected_tokens(0.6, 2) / 1.5)
 
+  # Whole decodes: each input's start at its length (the cut run's 5, 8, 8), then its loop.
+  assert 'predicted_decode_speedup' not in row
+  starts = dataclasses.replace(times, target_start_s={5: 2e-3, 8: 3e-3},
+                               both_start_s={5: 2.5e-3, 8: 4e-3})
+  row = walltime.summarize(cut['baseline'], cut['speculative'], gamma=2, alpha=0.6, times=starts)
+  lengths = [len(t) for t in cut['speculative'].tokens]
+  assert row['predicted_decode_speedup'] == pytest.approx(
+      (2 + 3 + 3 + sum(lengths))
+      / (2.5 + 4 + 4 + (0.1 + 0.05 + 1.2) * sum(theory.expected_calls(0.6, 2, lengths))))
+  assert 'predicted_decode_iteration_speedup' not in row
+  row = walltime.summarize(cut['baseline'], cut['speculative'], gamma=2, alpha=0.6,
+                           times=dataclasses.replace(starts, iteration_s={2: 1.5e-3}))
+  assert row['predicted_decode_iteration_speedup'] == pytest.approx(
+      (2 + 3 + 3 + sum(lengths))
+      / (2.5 + 4 + 4 + 1.5 * sum(theory.expected_calls(0.6, 2, lengths))))
+  missing = dataclasses.replace(starts, target_start_s={8: 3e-3}, both_start_s={8: 4e-3})
+  assert 'predicted_decode_speedup' not in walltime.summarize(
+      cut['baseline'], cut['speculative'], gamma=2, alpha=0.6, times=missing)
+  with pytest.raises(ValueError, match='one array per input: 2 for 3 inputs'):
+    walltime.summarize(cut['baseline'], cut['speculative'], gamma=2, alpha=0.6, times=starts,
+                       betas=[np.ones(3), np.ones(2)])
+
   # At temperature 0 the betas (0 or 1) along the target's outputs give the loop's
   # tokens per call exactly.
   tokens, lengths = acceptance.generate_sequences(target, inputs[:3], sampling=GREEDY,
@@ -301,6 +333,17 @@ def test_time_decoding_and_summary(target, draft, inputs):
       theory.positional_walltime_improvement(stats.betas, 2, times.c, iteration_cost=1.5))
 
 
+def test_decode_speedup_between_the_starts_and_the_loops():
+  tokens, calls = [10, 30], [4.0, 12.0]
+  # No fixed cost: the loops' speedup, tokens over calls x cost.
+  assert walltime.decode_speedup(tokens, calls, 1.6, [0, 0], [0, 0]) == pytest.approx(
+      40 / (16 * 1.6))
+  assert walltime.decode_speedup(tokens, calls, 1.6, [5, 7], [6, 9]) == pytest.approx(
+      (12 + 40) / (15 + 16 * 1.6))
+  # Outputs short against the starts: the starts' ratio.
+  assert walltime.decode_speedup([1], [1.0], 1.6, [1e6], [2e6]) == pytest.approx(0.5, rel=1e-5)
+
+
 def _greedy_predictions(target, draft, inputs, tokens):
   """The draft's argmax at each position of the target's outputs (teacher-forced)."""
   decoder_inputs = jnp.pad(jnp.asarray(tokens)[:, :-1], ((0, 0), (1, 0)))
@@ -309,11 +352,11 @@ def _greedy_predictions(target, draft, inputs, tokens):
 
 
 def test_nondecreasing_fit_pools_dips_and_keeps_monotone_input():
-  np.testing.assert_allclose(step_costs.nondecreasing_fit([1.0, 1.4, 1.2, 1.5, 1.3, 1.1, 2.0]),
+  np.testing.assert_allclose(timing.nondecreasing_fit([1.0, 1.4, 1.2, 1.5, 1.3, 1.1, 2.0]),
                              [1.0, 1.3, 1.3, 1.3, 1.3, 1.3, 2.0])
-  np.testing.assert_allclose(step_costs.nondecreasing_fit([1.0, 1.1, 1.1, 1.7]),
+  np.testing.assert_allclose(timing.nondecreasing_fit([1.0, 1.1, 1.1, 1.7]),
                              [1.0, 1.1, 1.1, 1.7])
-  np.testing.assert_allclose(step_costs.nondecreasing_fit([1.2, 1.0]), [1.1, 1.1])
+  np.testing.assert_allclose(timing.nondecreasing_fit([1.2, 1.0]), [1.1, 1.1])
 
 
 def _decoded(iterations, seconds, draft_calls=None):

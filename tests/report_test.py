@@ -17,7 +17,8 @@ ALPHA_ROWS = [
 ]
 TIMING = dict(target_step_ms=2.0, draft_step_ms=0.1, c=0.05, draft_first_ms=0.2, c_first=0.1,
               verify_ms=[2.0, 2.1, 2.2, 2.4, 2.6], verify_measured_ms=[2.0, 2.1, 2.3, 2.1, 2.6],
-              r=[1.0, 1.05, 1.1, 1.2, 1.3], iteration_cost={'3': 1.6})
+              r=[1.0, 1.05, 1.1, 1.2, 1.3], iteration_cost={'3': 1.6},
+              target_start_ms={'32': 3.0, '64': 5.5}, both_start_ms={'32': 3.5, '64': 6.25})
 
 
 def _walltime_row(temperature, gamma, chosen, speedup, finite=True):
@@ -35,7 +36,8 @@ def _walltime_row(temperature, gamma, chosen, speedup, finite=True):
     row.update(predicted_finite_speedup=1.6, finite_tokens_per_call=2.1,
                predicted_positional_speedup=1.4, positional_tokens_per_call=2.0,
                positional_curve=[1.2, 1.4, 1.35, 1.3], predicted_iteration_speedup=1.25,
-               predicted_positional_iteration_speedup=1.75)
+               predicted_positional_iteration_speedup=1.75, predicted_decode_speedup=1.4,
+               predicted_decode_iteration_speedup=1.25)
   return row
 
 
@@ -79,12 +81,15 @@ def test_write_report_writes_every_file(tmp_path):
   assert ('| demo_ende | small | nano | T=0 | 0.750 ± 0.010 | 0.400 | 0.50 / 0.75 / 0.90 | 200 '
           '| 10 |') in md
   # measured / predicted at the outputs' lengths: 1.75 / 1.60 = 1.09; at each
-  # position's beta 1.75 / 1.40 = 1.25; with whole iterations 1.75 / 1.25 = 1.40, 1.75 / 1.75.
+  # position's beta 1.75 / 1.40 = 1.25; with whole iterations 1.75 / 1.25 = 1.40, 1.75 / 1.75;
+  # whole decodes 1.75 / 1.4 = 1.25, with i(gamma) 1.75 / 1.25 = 1.40.
   assert ('| demo_ende | nano | T=0 | 3 | 0.750 | 0.050 (0.100) | 1.75X | 1.90X | 0.92 '
-          '| 1.60X (1.09) | 1.40X (1.25) | 1.25X (1.40); 1.75X (1.00) | 2.10X '
-          '| 2.20 (2.30; 2.10; 2.00) | yes | bleu 21.5 / 21.5 |') in md
+          '| 1.60X (1.09) | 1.40X (1.25) | 1.25X (1.40); 1.75X (1.00) | 1.40X (1.25); 1.25X (1.40) '
+          '| 2.10X | 2.20 (2.30; 2.10; 2.00) | yes | bleu 21.5 / 21.5 |') in md
   assert ('| demo_ende | nano | T=1 | 2 | 0.750 | 0.050 (0.100) | 1.25X | 1.90X | 0.66 | - | - '
-          '| - | 2.10X | 2.20 (2.30; -; -) | n/a (sampled) |') in md
+          '| - | - | 2.10X | 2.20 (2.30; -; -) | n/a (sampled) |') in md
+  assert ('by the target alone / by both models in one program, per encoder input length: '
+          '32 tokens: 3.000 / 3.500 ms, 64 tokens: 5.500 / 6.250 ms.') in md
   assert ('| demo_ende | nano | T=0 | 3 | 2.500 | 2.000 | 5.000 | 0.600 | 2.400 | 0.500 | 1.500 '
           '| 1.10 | 1.200 | 8.0 / 9.0 | 1.85X (1.40X; 1.75X) |') in md
   assert '**c = 0.050**' in md and '**c_first = 0.100**' in md and '| 5 | 2.6000 | 2.6000 | 1.300 |' in md

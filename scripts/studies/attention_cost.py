@@ -27,6 +27,7 @@ from spec_decode import demo
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode import models
 from spec_decode.t5 import layers
 
@@ -77,7 +78,7 @@ def main() -> None:
   with attention_skipped():
     runs.update({('skipped', k): step_costs.compiled_step_loop(target, first, k=k, **common)
                  for k in ks})
-  seconds = step_costs.round_robin(runs, args.rounds)
+  seconds = timing.round_robin(runs, args.rounds)
   ms = {key: 1e3 * float(np.median(s)) / args.num_steps for key, s in seconds.items()}
 
   print(f'{name}, {jax.devices()[0].platform}, one target call over K positions at cache index '

@@ -24,6 +24,7 @@ import numpy as np
 from spec_decode import kernels
 from spec_decode import models
 from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode.harness import loading
 
 VARIANTS = {'xla': '0', 'kernels': '1'}
@@ -62,7 +63,7 @@ def main() -> None:
           target, tokens, k=k, capacity=capacity, position=args.position, num_steps=args.steps)
   del os.environ[kernels.SWITCH]
   seconds = {key: float(np.median(s)) / args.steps
-             for key, s in step_costs.round_robin(runs, args.rounds).items()}
+             for key, s in timing.round_robin(runs, args.rounds).items()}
 
   weights = 'bfloat16-valued (bfloat16 panels)' if args.bfloat16_weights else 'float32'
   print(f'{args.target} target step, float32, {weights} weights, batch 1, {args.input_len} '

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 
 
 def _loop(num_steps: int):
@@ -57,7 +57,7 @@ def main() -> None:
   run = _loop(args.steps)
   runs = {(size, k): (lambda w=w, x=jnp.ones((k, args.d), jnp.float32): run(x, w))
           for size, w in sizes.items() for k in args.rows}
-  seconds = step_costs.round_robin(runs, args.rounds)  # per loop of args.steps passes
+  seconds = timing.round_robin(runs, args.rounds)  # per loop of args.steps passes
 
   print(f'[K, {args.d}] x [{args.d}, {args.n}] float32, {jax.devices()[0].platform}, '
         f'median of {args.rounds} interleaved rounds\n')

@@ -31,7 +31,7 @@ from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import demo
 from spec_decode.harness import loading
-from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode import sampling
 
 
@@ -113,7 +113,7 @@ def cap_costs(caps: list[int], rows: list[int], vocab: int, top_p: float, *, ste
     keys = lambda x: sampling._order_keys(x)
     bisect = lambda x: keys(x) >= sampling._bisect_threshold(keys(x), x, jnp.asarray(top_p))
     runs[('bisection', n)] = functools.partial(_loop(bisect, steps), probs)
-  seconds = step_costs.round_robin(runs, rounds)
+  seconds = timing.round_robin(runs, rounds)
   return {key: float(np.median(s)) / steps * 1e6 for key, s in seconds.items()}
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
-from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode.harness import walltime
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
@@ -86,7 +86,7 @@ def _time_batches(decoders: dict[str, walltime.DecodeFn], inputs: np.ndarray, ke
   for rows in batches:
     x = jnp.asarray(inputs[rows])
     for name, decode in decoders.items():
-      seconds, out = step_costs.median_time(  # pylint: disable=protected-access
+      seconds, out = timing.median_time(  # pylint: disable=protected-access
           lambda: decode(x, keys[rows]), repeats)
       records[name].append((seconds, jax.device_get(out)))
   return {name: dict(

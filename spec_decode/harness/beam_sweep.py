@@ -33,6 +33,7 @@ from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import report_plots
 from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode import models
 
 
@@ -93,7 +94,7 @@ def beam_experiment(target: models.T5Model, draft: loading.Draft, draft_name: st
   outs = {name: [] for name in decoders}
   for x in tqdm.tqdm(rows, desc='beam search'):
     for name, decode in decoders.items():
-      seconds, out = step_costs.median_time(lambda d=decode: d(x), s.repeats)
+      seconds, out = timing.median_time(lambda d=decode: d(x), s.repeats)
       outs[name].append((seconds, jax.device_get(out)))
 
   plain = outs['plain']

@@ -194,8 +194,10 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
         draft_sampling=draft_sampling) for g in gammas})
   # The predictions' parts are timed between the inputs the loops decode, not minutes
   # before them: a shared machine's speed drifts. So are whole iterations of the
-  # gammas decoded: what an iteration's model calls cost together.
+  # gammas decoded (what an iteration's model calls cost together) and the models'
+  # starts at the inputs' lengths (what each input pays once).
   rounds.add_iterations(sorted({g for plan in plans for g in plan[4]}))
+  rounds.add_starts([loading.trim_padding(row)[None] for row in inputs])
   rounds.clear()
   every = max(1, len(inputs) // s.parts_rounds)
   decoded = walltime.time_decoding(
@@ -229,10 +231,12 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
       for metric, value in quality_baseline.items():
         row.update({f'{metric}_baseline': value, f'{metric}_speculative': quality[g][metric]})
       walltime_rows.append(row)
-      whole = row.get('predicted_iteration_speedup')
+      whole, decode = row.get('predicted_iteration_speedup'), row.get('predicted_decode_speedup')
       print(f'{label}, gamma {g}: {row["measured_speedup"]:.2f}X measured, '
             f'{row["predicted_speedup"]:.2f}X predicted'
-            + (f' ({whole:.2f}X with whole iterations timed)' if whole else ''), file=sys.stderr)
+            + (f' ({whole:.2f}X with whole iterations timed)' if whole else '')
+            + (f', {decode:.2f}X for whole decodes with each input\'s start' if decode else ''),
+            file=sys.stderr)
   add_knob_ratios(walltime_rows)
   return alpha_rows, walltime_rows, dict(times.row(), gamma_chosen_with=chosen_with.row())
 

@@ -38,6 +38,7 @@ import numpy as np
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
@@ -89,7 +90,7 @@ def loop_work_time(*, gamma: int, temperature: float, top_k: int = 0, top_p: flo
     decode = jax.jit(lambda key, sampling: decoding.autoregressive_decode(
         free_step(p_logits), cache, rng=key, sampling=sampling, **common))
   jax.block_until_ready(decode(jax.random.key(0), sampling))  # compile
-  seconds, out = step_costs.median_time(lambda: decode(jax.random.key(0), sampling), repeats)
+  seconds, out = timing.median_time(lambda: decode(jax.random.key(0), sampling), repeats)
   return seconds / int(out.loop_target_calls)
 
 
@@ -186,11 +187,6 @@ def iteration_speedup(alpha: float, gamma: int, baseline_cost: LoopCost,
                / speculative_cost.iteration_s)
 
 
-@functools.partial(jax.jit, static_argnames=('capacity',))
-def _starts(models_: tuple, encoder_input_tokens: jax.Array, capacity: int):
-  return tuple(model.start(encoder_input_tokens, capacity)[1] for model in models_)
-
-
 def start_times(target, draft, encoder_input_tokens: np.ndarray, *, capacity: int,
                 repeats: int = 9) -> dict[str, float]:
   """Seconds per input of `start` (encoder pass, cross K/V, fresh cache), batch 1.
@@ -215,8 +211,9 @@ def start_times(target, draft, encoder_input_tokens: np.ndarray, *, capacity: in
   inputs = [jnp.asarray(encoder_input_tokens[i:i + 1]) for i in range(len(encoder_input_tokens))]
   seconds = {name: [] for name in runs}
   for x in inputs:
-    rounds = step_costs.round_robin(
-        {name: functools.partial(_starts, models_, x, capacity) for name, models_ in runs.items()},
+    rounds = timing.round_robin(
+        {name: functools.partial(step_costs.start_program, models_, x, capacity)
+         for name, models_ in runs.items()},
         repeats)
     for name, times in rounds.items():
       seconds[name].append(np.median(times))

@@ -127,6 +127,13 @@ def _whole_iterations(row: Row) -> str:
                    if p is not None)
 
 
+def _whole_decodes(row: Row) -> str:
+  """Whole decodes from each input's start and the loop's parts; with i(gamma) (measured / it)."""
+  cells = [row.get('predicted_decode_speedup'), row.get('predicted_decode_iteration_speedup')]
+  return '; '.join(f'{p:.2f}X ({row["measured_speedup"] / p:.2f})' for p in cells
+                   if p is not None) or '-'
+
+
 WALLTIME_COLUMNS: tuple[Column, ...] = (
     ('task', lambda r: r['task']),
     ('draft', lambda r: r['draft']),
@@ -144,6 +151,8 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
      _measured_over('predicted_positional_speedup')),
     ("whole iterations timed, i(gamma): predicted (measured / it), eq. (1); at each "
      "position's beta", _whole_iterations),
+    ("whole decodes, each input's start timed: predicted (measured / it); with i(gamma)",
+     _whole_decodes),
     ('eq. (5)', lambda r: f'{r["predicted_speedup_eq5"]:.2f}X'),
     ("tokens/call (eq. (1); at the outputs' lengths; at each position's beta)",
      lambda r: f'{r["tokens_per_call"]:.2f} ({r["expected_tokens_per_call"]:.2f}; '
@@ -159,7 +168,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
 SWEEP_COLUMNS: tuple[Column, ...] = (
     WALLTIME_COLUMNS[0], WALLTIME_COLUMNS[1], WALLTIME_COLUMNS[2], WALLTIME_COLUMNS[3],
     ('chosen', lambda r: 'yes' if r['chosen'] else ''),
-) + WALLTIME_COLUMNS[6:14]
+) + WALLTIME_COLUMNS[6:15]
 
 
 BREAKDOWN_COLUMNS: tuple[Column, ...] = WALLTIME_COLUMNS[:4] + (
@@ -220,7 +229,18 @@ def _timing_section(timing: Row, plot: str) -> str:
           f'assumes r = 1 and c_first = c); a call over more positions never costs less, so '
           f'r(K) is the non-decreasing least-squares fit of the measured times, which keeps '
           f'a noisy dip from steering best_gamma:\n\n{table}\n\n{plot}'
-          + _iterations_note(timing) + _chosen_with_note(timing))
+          + _iterations_note(timing) + _starts_note(timing) + _chosen_with_note(timing))
+
+
+def _starts_note(timing: Row) -> str:
+  """The models' starts per input length, as timed ('' if not timed)."""
+  if not timing.get('target_start_ms'):
+    return ''
+  starts = ', '.join(f'{n} tokens: {ms:.3f} / {timing["both_start_ms"][n]:.3f} ms'
+                     for n, ms in timing['target_start_ms'].items())
+  return ("\n\nWhat each input pays once, whatever its output: `start` (encoder pass, "
+          'cross-attention keys and values, a fresh cache) by the target alone / by both models '
+          f'in one program, per encoder input length: {starts}.')
 
 
 def _iterations_note(timing: Row) -> str:
@@ -295,7 +315,9 @@ def write_report(out_dir: str | pathlib.Path, *, title: str, alpha_rows: Iterabl
                     "and r(K) along the target's outputs, at each position's beta (timed "
                     'before the loops). '
                     'speedup: seconds per generated token of the baseline over speculative '
-                    "decoding's (sampled, the two draw outputs of different lengths).\n\n"
+                    "decoding's (sampled, the two draw outputs of different lengths). Eq. (5) "
+                    'models the loops alone; the whole decodes also pay each input\'s start '
+                    '(`walltime.decode_speedup`).\n\n'
                     + markdown_table(chosen, WALLTIME_COLUMNS))
     sections.append(
         '### Where the time goes (ms)\n\n'

@@ -10,13 +10,16 @@ median over repeats (Section 3.3 and `theory.walltime_improvement`):
   i(gamma) = a whole iteration's model calls (gamma draft steps, then the
       verify call over gamma + 1 positions) in one loop / target step
 
+and what every input pays once, whatever its output: each model's `start`
+(encoder pass, cross-attention keys and values, a fresh cache), the target's
+alone and both models' in one program, per encoder input length.
+
 r(K) is used as the non-decreasing fit of the measured times
-(`nondecreasing_fit`): a call over more positions never costs less.
+(`timing.nondecreasing_fit`): a call over more positions never costs less.
 """
 
 import dataclasses
 import functools
-import time
 from typing import Callable, Sequence
 
 import jax
@@ -27,6 +30,7 @@ from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode.harness import loading
 from spec_decode.harness import progress as progress_lib
+from spec_decode.harness import timing
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 
@@ -49,17 +53,24 @@ class StepTimes:
       steps, then the verify call over gamma + 1 positions) timed in one
       loop, where each model evicts the other's weights as in decoding; empty
       unless timed (`StepCostRounds.add_iterations`).
+    target_start_s: S -> the target's `start` over an input of S tokens, one
+      compiled call (`start_program`): the baseline's per-input fixed cost;
+      empty unless timed (`StepCostRounds.add_starts`).
+    both_start_s: S -> both models' `start` in one compiled call, as
+      speculative decoding runs them: its per-input fixed cost.
   """
 
   draft_s: float
   draft_first_s: float
   verify_measured_s: np.ndarray
   iteration_s: dict[int, float] = dataclasses.field(default_factory=dict)
+  target_start_s: dict[int, float] = dataclasses.field(default_factory=dict)
+  both_start_s: dict[int, float] = dataclasses.field(default_factory=dict)
 
   @property
   def verify_s(self) -> np.ndarray:
     """[k_max] the verify times as used: the non-decreasing fit of the measured ones."""
-    return nondecreasing_fit(self.verify_measured_s)
+    return timing.nondecreasing_fit(self.verify_measured_s)
 
   @property
   def target_s(self) -> float:
@@ -91,17 +102,27 @@ class StepTimes:
                 draft_first_ms=1e3 * self.draft_first_s, c_first=self.c_first,
                 verify_ms=(1e3 * self.verify_s).tolist(), r=self.r.tolist(),
                 verify_measured_ms=(1e3 * np.asarray(self.verify_measured_s)).tolist(),
-                iteration_cost={str(g): self.iteration_cost(g) for g in sorted(self.iteration_s)})
+                iteration_cost={str(g): self.iteration_cost(g) for g in sorted(self.iteration_s)},
+                **({'target_start_ms': {str(n): 1e3 * t for n, t in self.target_start_s.items()},
+                    'both_start_ms': {str(n): 1e3 * t for n, t in self.both_start_s.items()}}
+                   if self.target_start_s else {}))
 
 
-def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-  """Median walltime of fn() over `repeats` runs (already compiled), last result."""
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return float(np.median(times)), out
+
+@functools.partial(jax.jit, static_argnames=('capacity',))
+def start_program(models_: tuple, encoder_input_tokens: jax.Array, capacity: int) -> tuple:
+  """Each model's `start` in one compiled program: encoder pass, cross K/V, fresh cache.
+
+  Args:
+    models_: the models started together (the target; or the target and the
+      draft, as speculative decoding starts them).
+    encoder_input_tokens: [B, S] int32.
+    capacity: the caches' positions.
+
+  Returns:
+    The models' fresh caches.
+  """
+  return tuple(model.start(encoder_input_tokens, capacity)[1] for model in models_)
 
 
 @functools.partial(jax.jit, static_argnames=('capacity',))
@@ -173,19 +194,6 @@ def _fresh_caches(models_: Sequence, encoder_input_tokens: jax.Array, capacity: 
           for c in (_fresh_cache(m, encoder_input_tokens, capacity) for m in models_)]
 
 
-def round_robin(runs: dict, repeats: int) -> dict:
-  """name -> [repeats] seconds of each compiled run, the runs interleaved.
-
-  Each round times every run once, so that a shared machine's drift between
-  rounds moves all of them alike instead of biasing their ratios.
-  """
-  jax.block_until_ready([run() for run in runs.values()])  # compile and warm up
-  seconds = {name: [] for name in runs}
-  for _ in range(repeats):
-    for name, run in runs.items():
-      seconds[name].append(median_time(run, 1)[0])
-  return seconds
-
 
 def step_time(model: loading.Draft, encoder_input_tokens: jax.Array, *, k: int = 1, capacity: int,
               position: int, num_steps: int = 64, repeats: int = 5) -> float:
@@ -247,7 +255,7 @@ def _step_times(calls: dict, encoder_input_tokens: jax.Array, *, capacity: int, 
                                   k=k, num_steps=num_steps)
           for name, (model, k) in calls.items()}
   return {name: float(np.median(seconds)) / num_steps
-          for name, seconds in round_robin(runs, repeats).items()}
+          for name, seconds in timing.round_robin(runs, repeats).items()}
 
 
 class StepCostRounds:
@@ -261,7 +269,8 @@ class StepCostRounds:
   Rounds can be spread between other timings (`walltime.time_decoding`'s
   `between`) so that the parts and the loops they predict meet the same machine.
   After `add_iterations(gammas)` a round also times whole iterations (gamma
-  draft steps, then the verify call) for those gammas: i(gamma).
+  draft steps, then the verify call) for those gammas: i(gamma); after
+  `add_starts(inputs)` the models' starts at those inputs' lengths.
 
   Args:
     target: M_p.
@@ -277,6 +286,7 @@ class StepCostRounds:
                num_steps: int = 64):
     capacity = decoding.cache_length(max_decode_len, k_max - 1)
     encoder_input_tokens = jnp.asarray(encoder_input_tokens)
+    self._models, self._capacity = (target, draft), capacity
     target_cache, draft_cache = _fresh_caches((target, draft), encoder_input_tokens, capacity,
                                               max_decode_len // 2)
     step = functools.partial(_step_loop, encoder_input_tokens=encoder_input_tokens,
@@ -310,6 +320,27 @@ class StepCostRounds:
       jax.block_until_ready(run())
       self._seconds[('iteration', gamma)] = []
 
+  def add_starts(self, inputs: Sequence[np.ndarray]) -> None:
+    """From now on a round also times the starts at each length among `inputs` (compiled here).
+
+    Per encoder input length S, the first input of that length is started by
+    the target alone and by both models in one program (`start_program`, at the
+    rounds' cache capacity).
+
+    Args:
+      inputs: [1, S] int32 encoder inputs, e.g. each input cut to its bucket.
+    """
+    for x in inputs:
+      length = int(np.shape(x)[1])
+      if ('target start', length) in self._runs:
+        continue
+      x = jnp.asarray(x)
+      for name, models_ in (('target start', self._models[:1]), ('both start', self._models)):
+        self._runs[name, length] = run = functools.partial(start_program, models_, x,
+                                                           self._capacity)
+        jax.block_until_ready(run())
+        self._seconds[name, length] = []
+
   def clear(self) -> None:
     """Forgets the rounds timed so far."""
     self._seconds = {name: [] for name in self._runs}
@@ -324,7 +355,7 @@ class StepCostRounds:
   def round(self) -> None:
     """Times one round (see the class docstring)."""
     for name in [*self._runs, 'pair', 'alone']:
-      self._seconds[name].append(median_time(self._runs[name], 1)[0])
+      self._seconds[name].append(timing.median_time(self._runs[name], 1)[0])
 
   def times(self) -> StepTimes:
     """The median of every round timed since the last `clear`."""
@@ -332,12 +363,17 @@ class StepCostRounds:
       raise ValueError('no round timed yet: call round() first')
     per_call = lambda name: float(np.median(self._seconds[name])) / self._num_steps
     first = np.subtract(self._seconds['pair'], self._seconds['alone'])
+    timed = lambda kind: {name[1]: name for name in self._runs
+                          if isinstance(name, tuple) and name[0] == kind and self._seconds[name]}
     return StepTimes(
         draft_s=per_call('draft'),
         draft_first_s=max(float(np.median(first)), 0.0) / self._num_steps,
         verify_measured_s=np.asarray([per_call(k) for k in range(1, self._k_max + 1)]),
-        iteration_s={name[1]: per_call(name) for name in self._runs
-                     if isinstance(name, tuple) and self._seconds[name]})
+        iteration_s={g: per_call(name) for g, name in timed('iteration').items()},
+        target_start_s={n: float(np.median(self._seconds[name]))
+                        for n, name in timed('target start').items()},
+        both_start_s={n: float(np.median(self._seconds[name]))
+                      for n, name in timed('both start').items()})
 
 
 def measure_step_times(target: models.T5Model, draft: loading.Draft,
@@ -359,24 +395,3 @@ def measure_step_times(target: models.T5Model, draft: loading.Draft,
   return StepCostRounds(target, draft, encoder_input_tokens, k_max=k_max,
                         max_decode_len=max_decode_len, num_steps=num_steps).timed(repeats,
                                                                                  progress)
-
-
-def nondecreasing_fit(values: np.ndarray) -> np.ndarray:
-  """The least-squares non-decreasing sequence closest to `values` (pool adjacent violators).
-
-  A target call over more positions never costs less, so a dip in measured
-  r(K) is noise; left in, it would make best_gamma chase it.
-
-  Args:
-    values: [n] measurements in order of K.
-
-  Returns:
-    [n] the fit: each run of violators replaced by its mean.
-  """
-  blocks = []  # [mean, count] of pooled runs
-  for value in np.asarray(values, np.float64):
-    blocks.append([value, 1])
-    while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-      (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
-      blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-  return np.concatenate([np.full(n, m) for m, n in blocks])

@@ -19,6 +19,7 @@ import tqdm
 from spec_decode import decoding
 from spec_decode.harness import loading
 from spec_decode.harness import step_costs
+from spec_decode.harness import timing
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
@@ -86,6 +87,47 @@ class Decoded:
     fixed = np.linalg.lstsq(design, self.seconds, rcond=None)[0][:-1]
     fixed = [np.clip(f, 0.0, np.min(self.seconds[groups == g])) for g, f in enumerate(fixed)]
     return float(np.mean(np.asarray(fixed)[groups]))
+
+
+def decode_speedup(tokens: Sequence[int], calls: Sequence[float], iteration_cost: float,
+                   baseline_fixed: Sequence[float], speculative_fixed: Sequence[float]) -> float:
+  """Whole decodes' speedup from parts: each input's fixed cost, then its loop.
+
+  Eq. (5) models the loops alone; a decode also pays, once per input, what
+  does not grow with its output (the encoder passes, cross-attention keys and
+  values, a fresh cache): the baseline the target's, speculative decoding
+  both models'. Over N inputs, in target steps,
+
+    speedup = sum_i (baseline_fixed_i + tokens_i)
+              / sum_i (speculative_fixed_i + calls_i * iteration_cost),
+
+  which tends to eq. (5) as the outputs grow and to baseline_fixed /
+  speculative_fixed as they shrink.
+
+  Args:
+    tokens: [N] output lengths: the baseline's target calls.
+    calls: [N] speculative decoding's expected target calls for them
+      (`theory.expected_calls_along` or `theory.expected_calls`).
+    iteration_cost: one iteration in target steps (summed parts or i(gamma)).
+    baseline_fixed: [N] the baseline's fixed cost per input, in target steps.
+    speculative_fixed: [N] speculative decoding's, in target steps.
+  """
+  return float((np.sum(baseline_fixed) + np.sum(tokens))
+               / (np.sum(speculative_fixed) + iteration_cost * np.sum(calls)))
+
+
+def _starts_per_input(decoded: Decoded, times: step_costs.StepTimes
+                      ) -> tuple[list[float], list[float]] | None:
+  """([N] the target's start, [N] both models' start) at each input's length, seconds.
+
+  None where the inputs' lengths are unknown or some length's starts were not
+  timed (`StepCostRounds.add_starts`).
+  """
+  if decoded.input_lengths is None or not all(
+      n in times.target_start_s and n in times.both_start_s for n in decoded.input_lengths):
+    return None
+  return ([times.target_start_s[n] for n in decoded.input_lengths],
+          [times.both_start_s[n] for n in decoded.input_lengths])
 
 
 def alpha_from_histogram(accept_histogram: Sequence[int]) -> float:
@@ -214,7 +256,7 @@ def time_decoding(decoders: dict[Hashable, DecodeFn], encoder_input_tokens: np.n
   for i, (x, key) in enumerate(zip(tqdm.tqdm(inputs, desc='walltime', disable=not progress),
                                    keys)):
     for name, decode in decoders.items():
-      seconds, out = step_costs.median_time(lambda: decode(x, key), repeats)
+      seconds, out = timing.median_time(lambda: decode(x, key), repeats)
       records[name].append((seconds, jax.device_get(out)))
     if between is not None:
       between(i)
@@ -242,7 +284,8 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     alpha: the measured acceptance rate (e.g. `measure_alpha`).
     times: the measured step times.
     betas: optionally the per-position acceptance of the target's outputs
-      that alpha averages (`AlphaStats.betas`): then the record also holds
+      that alpha averages (`AlphaStats.betas`), one array per input in order:
+      then the record also holds
       the tokens per call and the speedup predicted at them
       (`theory.positional_walltime_improvement`), which at temperature 0,
       on the same inputs, are exactly the loop's tokens per call.
@@ -268,14 +311,23 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
     Where `times` holds this gamma's whole iteration (`StepTimes.iteration_s`),
     also `iteration_cost` (in target steps) and the predictions with it in
     place of the summed parts: `predicted_iteration_speedup` (eq. (1)) and,
-    with betas, `predicted_positional_iteration_speedup`.
+    with betas, `predicted_positional_iteration_speedup`. Where `times` holds
+    the models' starts at every input's length (`StepTimes.target_start_s`),
+    the whole decodes' speedup predicted from them and the loops' parts,
+    `decode_speedup` (at each position's beta where betas are given, else at
+    alpha and the outputs' lengths): `predicted_decode_speedup`, and
+    `predicted_decode_iteration_speedup` with i(gamma).
 
   Raises:
-    ValueError: either decoder generated no tokens.
+    ValueError: either decoder generated no tokens, or betas for another
+      number of inputs.
   """
   if not baseline.generated or not speculative.generated:
     raise ValueError(f'no tokens to time: {baseline.generated} baseline, '
                      f'{speculative.generated} speculative')
+  if betas is not None and len(betas) != len(speculative.seconds):
+    raise ValueError(f'betas must hold one array per input: {len(betas)} for '
+                     f'{len(speculative.seconds)} inputs')
   iterations = int(np.sum(speculative.iterations))
   iteration_ms = 1e3 * speculative.total_s / iterations
   n = len(speculative.seconds)
@@ -298,12 +350,23 @@ def summarize(baseline: Decoded, speculative: Decoded, *, gamma: int, alpha: flo
   lengths = np.asarray([len(t) for t in speculative.tokens])
   predictions = {}
   if betas is not None:
-    calls = sum(theory.expected_calls_along(b, gamma) for b in betas)
+    tokens, calls = [len(b) for b in betas], [theory.expected_calls_along(b, gamma) for b in betas]
     predictions = dict(
-        positional_tokens_per_call=sum(len(b) for b in betas) / calls,
+        positional_tokens_per_call=sum(tokens) / sum(calls),
         predicted_positional_speedup=theory.positional_walltime_improvement(
             betas, gamma, times.c, times.r, times.c_first))
+  else:
+    tokens, calls = lengths, theory.expected_calls(alpha, gamma, lengths)
   cost = times.iteration_cost(gamma)
+  starts = _starts_per_input(speculative, times)
+  if starts is not None:  # whole decodes: each input's start, then its iterations
+    fixed = [np.asarray(seconds) / times.target_s for seconds in starts]  # in target steps
+    predictions['predicted_decode_speedup'] = decode_speedup(
+        tokens, calls, theory.summed_iteration_cost(gamma, times.c, times.r, times.c_first),
+        *fixed)
+    if cost is not None:
+      predictions['predicted_decode_iteration_speedup'] = decode_speedup(tokens, calls, cost,
+                                                                         *fixed)
   if cost is not None:  # the iteration's model calls timed whole, in one loop
     predictions.update(iteration_cost=cost, predicted_iteration_speedup=float(
         theory.walltime_improvement(alpha, gamma, times.c, iteration_cost=cost)))
