@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import kernels
+
 
 @flax.struct.dataclass
 class SamplingParams:
@@ -111,7 +113,10 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # the vocabulary to find it costs more than a target step on XLA:CPU, so the
 # threshold comes from the cap largest entries (`_top_values`) whenever it
 # lies among them (always for k <= the cap), and otherwise from an exact
-# bisection over the entries' float32 bit patterns. Both give the sorted
+# bisection over the entries' float32 bit patterns. On a CPU with the kernels the
+# bisection is one call of `kernels.top_k_threshold`, and top-p's threshold is
+# always `kernels.top_p_threshold`'s (a top-p mask at V = 8k 13-28 us a row against
+# XLA's 34-112 us; `scripts/studies/truncation_cost.py`, EPYC). Both give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
 # grows, the bisection several TopKs; `scripts/studies/nucleus_mass.py` weighs the two
 # for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs, before the
@@ -198,6 +203,8 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
     return logits >= kth
 
   def by_bisection(logits):
+    if kernels.thresholds_apply(logits):  # the same bisection in one CPU kernel call
+      return logits >= kernels.top_k_threshold(logits, k)
     keys = _order_keys(logits)
     return keys >= _bisect_threshold(keys, jnp.ones_like(keys), k)
 
@@ -209,10 +216,12 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
   """Zeroes the mass outside each row's nucleus.
 
   The nucleus: the most likely tokens down to the first rank whose preceding
-  mass reaches top_p, and every token tied with the last one kept. Its
-  threshold comes from the cap largest values where their mass reaches top_p;
-  the rows where it does not are bisected one by one, so a verify call whose
-  gamma + 1 rows hold one flat distribution bisects that row alone.
+  mass reaches top_p, and every token tied with the last one kept. On a CPU
+  with the kernels its threshold is `kernels.top_p_threshold`'s (one call for
+  all rows). Otherwise it comes from the cap largest values where their mass
+  reaches top_p; the rows where it does not are bisected one by one, so a
+  verify call whose gamma + 1 rows hold one flat distribution bisects that
+  row alone.
 
   Args:
     probs: [..., V] probabilities.
@@ -223,6 +232,9 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
     [..., V] probs with the entries outside the nucleus set to 0.
   """
   top_p = jnp.broadcast_to(top_p, probs.shape[:-1] + (1,))
+  if kernels.thresholds_apply(probs):  # every row's threshold in one CPU kernel call
+    threshold = kernels.top_p_threshold(probs, jnp.where(top_p >= 1.0, -1.0, top_p))
+    return jnp.where((probs >= threshold) | (top_p >= 1.0), probs, 0.0)
   cap = min(_TOP_P_CAP, probs.shape[-1])
   values = _top_values(probs, cap)  # [..., cap] descending
   mass = jnp.cumsum(values, axis=-1)

@@ -7,12 +7,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spec_decode import kernels
 from spec_decode import sampling
 from tests import stubs
 
 # Every statistical test in this suite rejects at this p-value: its false
 # positive rate (seeds are fixed, so a given run is deterministic).
 FALSE_POSITIVE_RATE = 1e-4
+
+
+@pytest.fixture(params=['xla', 'kernel'])
+def threshold_path(request, monkeypatch):
+  """Top-k's and top-p's thresholds beyond the TopK cap: XLA's bisection, or the CPU kernel."""
+  if request.param == 'xla':
+    monkeypatch.setattr(kernels, 'thresholds_apply', lambda x: False)
+  else:
+    assert kernels.in_use(), 'the kernels did not build on this machine'
+  return request.param
 
 
 def _adjust(logits, **kwargs):
@@ -93,7 +104,7 @@ def test_top_values_are_top_k_values(vocab, cap):
 
 
 @pytest.mark.parametrize('vocab', [8192, 32128])
-def test_top_k_mask_equals_sorted_definition(vocab):
+def test_top_k_mask_equals_sorted_definition(vocab, threshold_path):
   rng = np.random.default_rng(vocab)
   cap = sampling._TOP_K_CAP
   ks = np.array([1, 2, 40, cap, cap + 1, 3000, vocab - 1, vocab])  # both sides of the cap
@@ -102,7 +113,7 @@ def test_top_k_mask_equals_sorted_definition(vocab):
   tied[:, :vocab // 2] = -np.inf
   tied[:, 0] = 0.0
   tied[:, 1] = -0.0
-  mask = jax.jit(sampling._top_k_mask)
+  mask = jax.jit(lambda x, k: sampling._top_k_mask(x, k))  # a fresh trace per path
   for logits in (random, tied):
     for k_rows in (ks, np.full_like(ks, 40)):  # the bisection path, and top_k's alone
       kept = np.asarray(mask(jnp.asarray(logits), jnp.asarray(k_rows)[:, None])) > -np.inf
@@ -111,10 +122,10 @@ def test_top_k_mask_equals_sorted_definition(vocab):
 
 
 @pytest.mark.parametrize('vocab', [8192, 32128])
-def test_top_p_mask_equals_sorted_definition(vocab):
+def test_top_p_mask_equals_sorted_definition(vocab, threshold_path):
   rng = np.random.default_rng(vocab + 1)
   top_ps = np.array([0.05, 0.3, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0], np.float32)
-  mask = jax.jit(sampling._top_p_mask)
+  mask = jax.jit(lambda p, top_p: sampling._top_p_mask(p, top_p))  # a fresh trace per path
   paths = set()  # per call: which rows' nuclei end among the cap's largest entries
   for scale in (8.0, 1.0):  # peaked: nuclei inside the top_k cap; flat: bisection
     logits = scale * rng.standard_normal((len(top_ps), vocab))
@@ -140,7 +151,9 @@ def test_top_p_mask_equals_sorted_definition(vocab):
 
 
 def test_top_p_bisects_only_the_rows_that_need_it(monkeypatch):
-  # A bisection that keeps nothing: rows it touches come back empty.
+  # XLA's path (the kernel's takes every row's threshold in one call): a bisection that
+  # keeps nothing, so the rows it touches come back empty.
+  monkeypatch.setattr(kernels, 'thresholds_apply', lambda x: False)
   monkeypatch.setattr(sampling, '_bisect_threshold',
                       lambda keys, *_: jnp.full(keys.shape[:-1] + (1,), jnp.iinfo(jnp.int32).max))
   rng = np.random.default_rng(7)

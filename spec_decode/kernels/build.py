@@ -1,6 +1,6 @@
 """Compiles the CPU kernels once per machine and registers them with XLA.
 
-`load()` compiles `dense.cc` and `attention.cc` into one library with the system's C++ compiler (`$CXX`, else g++
+`load()` compiles `dense.cc`, `attention.cc` and `threshold.cc` into one library with the system's C++ compiler (`$CXX`, else g++
 or c++) against the XLA FFI headers that ship with jaxlib
 (`jax.ffi.include_dir()`), for the CPU that builds it (-march=native), into a
 cache folder, and registers its handlers as XLA:CPU FFI targets. The library's
@@ -30,11 +30,13 @@ import jax
 import jaxlib
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = (os.path.join(_HERE, 'dense.cc'), os.path.join(_HERE, 'attention.cc'))
+SOURCES = tuple(os.path.join(_HERE, name) for name in ('dense.cc', 'attention.cc', 'threshold.cc'))
 # FFI target name -> the library's handler symbol.
 TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': 'SpecDecodeDensePanels',
            'spec_decode_dense_panels_bf16': 'SpecDecodeDensePanelsBf16',
-           'spec_decode_attention': 'SpecDecodeAttention'}
+           'spec_decode_attention': 'SpecDecodeAttention',
+           'spec_decode_top_k_threshold': 'SpecDecodeTopKThreshold',
+           'spec_decode_top_p_threshold': 'SpecDecodeTopPThreshold'}
 FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-std=c++17', '-shared', '-fPIC', '-w')
 COMPILE_TIMEOUT_S = 300
 

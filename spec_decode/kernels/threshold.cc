@@ -1,0 +1,231 @@
+// Truncation thresholds of top-k and top-p sampling for XLA:CPU through the XLA FFI.
+//
+// Top-k keeps the entries >= the k-th largest logit, top-p the entries >= the
+// smallest probability whose larger entries hold less than top_p (ties kept). Both
+// are, for each row x[r] of x [R, V] and its bound b[r] > 0,
+//   t = min { v in x[r] : W(v) < b[r] },  W(v) = sum of w(u) over the entries u > v,
+// with w(u) = 1 (top-k: b = k) or w(u) = u (top-p: b = top_p, x probabilities). Where
+// t lies among a row's few largest entries XLA:CPU finds it fast with a TopK
+// (spec_decode.sampling); elsewhere it bisects the float bits with 32 masked sums of
+// the whole row, each a handful of XLA operations. Here the same bisection runs over
+// the entries' order-preserving 32-bit keys with vectorized masked sums (masses in
+// double precision), and every few halvings drops the entries that can no longer
+// decide, so that later halvings read a few entries instead of the row. A row's
+// result depends on that row alone, its sums in a fixed order. A row whose bound is
+// not > 0 is skipped (+inf), for callers that need a few rows of a call.
+//
+// Built by spec_decode/kernels/build.py with dense.cc; its handlers are registered as
+// the FFI targets spec_decode_top_k_threshold and spec_decode_top_p_threshold.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+// float -> int32 in the same order (-0.0 and 0.0 alike; NaNs sort past the infinities),
+// without branches (the signs of a row's logits would mislead a branch predictor); signed,
+// because AVX2 compares signed integers only. spec_decode.sampling's `_order_keys`.
+static inline int32_t Key(float x) {
+  x += 0.f;  // -0.0 + 0.0 = 0.0
+  int32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return bits ^ ((bits >> 31) & 0x7fffffff);
+}
+
+static inline float Value(int32_t key) {
+  const int32_t bits = key ^ ((key >> 31) & 0x7fffffff);
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+// Halvings before the first compaction of the entries still in the interval (most of a
+// row lies in it before), and between two.
+constexpr int kCompactFirst = 6, kCompactEvery = 3;
+
+// Vectors of 8 lanes, AVX2's width (AVX-512 machines ran them as fast). With 16-lane types
+// GCC 12 spills to the stack on AVX2 (10x slower), and it vectorized a plain lane loop of
+// masked float sums wrongly at -O3 -march=x86-64-v3 (tests/threshold_check.cc).
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef float f8 __attribute__((vector_size(32)));
+typedef double d4 __attribute__((vector_size(32)));
+
+static inline i8 Load(const int32_t* p) {
+  i8 v;
+  std::memcpy(&v, p, 32);
+  return v;
+}
+
+static inline f8 Load(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, 32);
+  return v;
+}
+
+// W of the first `count` entries whose key exceeds t: counts in 16 integer lanes, masses
+// in 8 double lanes of partial sums in a fixed order, then the lanes in order.
+template <bool kMass>
+static double WeightAbove(const int32_t* keys, const float* weights, int64_t count, int32_t t) {
+  int64_t i = 0;
+  double sum = 0.0;
+  if (kMass) {
+    d4 low = {}, high = {};
+    for (; i + 8 <= count; i += 8) {
+      const f8 w = Load(keys + i) > t ? Load(weights + i) : f8{};
+      low += __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3), d4);
+      high += __builtin_convertvector(__builtin_shufflevector(w, w, 4, 5, 6, 7), d4);
+    }
+    for (int j = 0; j < 4; ++j) sum += low[j];
+    for (int j = 0; j < 4; ++j) sum += high[j];
+  } else {
+    i8 first = {}, second = {};  // minus the counts (a true comparison is -1)
+    for (; i + 16 <= count; i += 16) {
+      first += Load(keys + i) > t;
+      second += Load(keys + i + 8) > t;
+    }
+    for (int j = 0; j < 8; ++j) sum -= first[j];
+    for (int j = 0; j < 8; ++j) sum -= second[j];
+  }
+  for (; i < count; ++i)
+    if (keys[i] > t) sum += kMass ? weights[i] : 1.0;
+  return sum;
+}
+
+// The mass of the first `count` entries whose key exceeds t, summed in float32 (16 lanes):
+// twice as fast as WeightAbove's, off by at most count / 16 float32 roundings of the
+// entries' total mass each (each lane adds count / 16 terms in turn).
+static double MassAboveFast(const int32_t* keys, const float* weights, int64_t count,
+                            int32_t t) {
+  f8 first = {}, second = {};
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    first += Load(keys + i) > t ? Load(weights + i) : f8{};
+    second += Load(keys + i + 8) > t ? Load(weights + i + 8) : f8{};
+  }
+  double sum = 0.0;
+  for (int j = 0; j < 8; ++j) sum += first[j];
+  for (int j = 0; j < 8; ++j) sum += second[j];
+  for (; i < count; ++i)
+    if (keys[i] > t) sum += weights[i];
+  return sum;
+}
+
+// Keeps the first `count` entries with lo < key <= hi (in order) and returns how many;
+// W of the entries above hi goes into `above`. Which entries stay is random, so nothing
+// branches on one: AVX-512 packs a block's kept entries with one compress per array,
+// otherwise every entry is written and the end advances by whether it stays. Blocks
+// none of whose entries stay, most of them once the interval is narrow, cost one test.
+template <bool kMass>
+static int64_t Compact(int32_t* keys, float* weights, int64_t count, int64_t lo, int32_t hi,
+                       double* above) {
+  *above += WeightAbove<kMass>(keys, weights, count, hi);
+  const int32_t first = static_cast<int32_t>(lo + 1);  // lo >= INT32_MIN - 1
+  int64_t kept = 0, i = 0;
+#if defined(__AVX512F__)
+  const __m512i low = _mm512_set1_epi32(first), high = _mm512_set1_epi32(hi);
+  for (; i + 16 <= count; i += 16) {  // writes reach at most entry i + 15: already read
+    const __m512i k = _mm512_loadu_si512(keys + i);
+    const __mmask16 inside = _mm512_cmpge_epi32_mask(k, low) & _mm512_cmple_epi32_mask(k, high);
+    if (!inside) continue;
+    _mm512_storeu_si512(keys + kept, _mm512_maskz_compress_epi32(inside, k));
+    _mm512_storeu_ps(weights + kept, _mm512_maskz_compress_ps(inside, _mm512_loadu_ps(weights + i)));
+    kept += __builtin_popcount(inside);
+  }
+#else
+  for (; i + 8 <= count; i += 8) {
+    const i8 k = Load(keys + i);
+    const i8 inside = (k >= first) & (k <= hi);
+    uint64_t lanes[4];
+    std::memcpy(lanes, &inside, 32);
+    if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3])) continue;
+    for (int j = 0; j < 8; ++j) {
+      keys[kept] = keys[i + j];
+      weights[kept] = weights[i + j];
+      kept += inside[j] & 1;
+    }
+  }
+#endif
+  for (; i < count; ++i) {
+    keys[kept] = keys[i];
+    weights[kept] = weights[i];
+    kept += keys[i] >= first && keys[i] <= hi;
+  }
+  return kept;
+}
+
+// The threshold of one row of V entries (see the file comment), by bisection over the
+// keys: W(above the keys) only changes at an entry's key, so the smallest key t with
+// W(t) < bound is an entry's. Every few halvings the entries that can no longer decide
+// are dropped: those at or below the lower end, and those above the upper end, whose W
+// is then carried as a sum of its own.
+template <bool kMass>
+static float RowThreshold(const float* x, int64_t V, double bound, std::vector<int32_t>& keys,
+                          std::vector<float>& weights) {
+  if (!(bound > 0.0)) return INFINITY;  // a row the caller does not ask for
+  keys.resize(V);
+  weights.resize(V);
+  int32_t lowest = INT32_MAX, highest = INT32_MIN;
+  for (int64_t i = 0; i < V; ++i) {
+    keys[i] = Key(x[i]);
+    weights[i] = kMass ? x[i] : 1.f;
+    lowest = keys[i] < lowest ? keys[i] : lowest;
+    highest = keys[i] > highest ? keys[i] : highest;
+  }
+  // MassAboveFast over n entries errs by less than n / 16 roundings (2^-24 relative) of
+  // the entries' total mass: where a halving's fast sum lies farther than twice that
+  // from the bound, it decides as the double sum would.
+  const double error = kMass ? 0x1p-27 * 1.01 * MassAboveFast(keys.data(), weights.data(), V, INT32_MIN)
+                             : 0.0;  // per entry summed
+  // W(hi) < bound (nothing is above the highest key); W(lo) is all of W, which reaches the
+  // bound or not: if not, every halving lowers hi, down to the lowest key (all kept).
+  int64_t lo = static_cast<int64_t>(lowest) - 1, hi = highest, count = V;
+  double above = 0.0;
+  for (int step = 1; hi - lo > 1; ++step) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    const int32_t t = static_cast<int32_t>(mid);
+    double w = kMass ? above + MassAboveFast(keys.data(), weights.data(), count, t) : 0.0;
+    if (!kMass || std::fabs(w - bound) <= error * static_cast<double>(count))
+      w = above + WeightAbove<kMass>(keys.data(), weights.data(), count, t);
+    (w < bound ? hi : lo) = mid;
+    if (step >= kCompactFirst && (step - kCompactFirst) % kCompactEvery == 0)
+      count = Compact<kMass>(keys.data(), weights.data(), count, lo, static_cast<int32_t>(hi),
+                             &above);
+  }
+  return Value(static_cast<int32_t>(hi));
+}
+
+// x [..., V], bound [...] (one per row) -> t [...], float32.
+template <bool kMass>
+static ffi::Error ThresholdImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> bound,
+                                ffi::ResultBuffer<ffi::F32> out) {
+  auto xd = x.dimensions();
+  if (xd.size() < 1 || xd[xd.size() - 1] < 1)
+    return ffi::Error::InvalidArgument("spec_decode threshold: x [..., V] with V >= 1");
+  const int64_t V = xd[xd.size() - 1], rows = x.element_count() / V;
+  if (bound.element_count() != rows || out->element_count() != rows)
+    return ffi::Error::InvalidArgument("spec_decode threshold: one bound and one result per row");
+  const float *xp = x.typed_data(), *bp = bound.typed_data();
+  float* op = out->typed_data();
+  thread_local std::vector<int32_t> keys;
+  thread_local std::vector<float> weights;
+  for (int64_t r = 0; r < rows; ++r)
+    op[r] = RowThreshold<kMass>(xp + r * V, V, static_cast<double>(bp[r]), keys, weights);
+  return ffi::Error::Success();
+}
+
+#define SPEC_DECODE_THRESHOLD_BINDING      \
+  ffi::Ffi::Bind()                         \
+      .Arg<ffi::Buffer<ffi::F32>>()        \
+      .Arg<ffi::Buffer<ffi::F32>>()        \
+      .Ret<ffi::Buffer<ffi::F32>>()
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeTopKThreshold, ThresholdImpl<false>,
+                              SPEC_DECODE_THRESHOLD_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeTopPThreshold, ThresholdImpl<true>,
+                              SPEC_DECODE_THRESHOLD_BINDING);
