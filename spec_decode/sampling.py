@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode import kernels
+from spec_decode.kernels import distributions as row_kernels
 
 
 @flax.struct.dataclass
@@ -114,8 +114,8 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # threshold comes from the cap largest entries (`_top_values`) whenever it
 # lies among them (always for k <= the cap), and otherwise from an exact
 # bisection over the entries' float32 bit patterns. On a CPU with the kernels the
-# bisection is one call of `kernels.top_k_threshold`, and top-p's threshold is
-# always `kernels.top_p_threshold`'s (a top-p mask at V = 8k 13-28 us a row against
+# bisection is one call of `kernels.distributions.top_k_threshold`, and top-p's threshold is
+# always `kernels.distributions.top_p_threshold`'s (a top-p mask at V = 8k 13-28 us a row against
 # XLA's 34-112 us; `scripts/studies/truncation_cost.py`, EPYC). Both give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
 # grows, the bisection several TopKs; `scripts/studies/nucleus_mass.py` weighs the two
@@ -203,8 +203,8 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
     return logits >= kth
 
   def by_bisection(logits):
-    if kernels.thresholds_apply(logits):  # the same bisection in one CPU kernel call
-      return logits >= kernels.top_k_threshold(logits, k)
+    if row_kernels.thresholds_apply(logits):  # the same bisection in one CPU kernel call
+      return logits >= row_kernels.top_k_threshold(logits, k)
     keys = _order_keys(logits)
     return keys >= _bisect_threshold(keys, jnp.ones_like(keys), k)
 
@@ -217,7 +217,7 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
 
   The nucleus: the most likely tokens down to the first rank whose preceding
   mass reaches top_p, and every token tied with the last one kept. On a CPU
-  with the kernels its threshold is `kernels.top_p_threshold`'s (one call for
+  with the kernels its threshold is `kernels.distributions.top_p_threshold`'s (one call for
   all rows). Otherwise it comes from the cap largest values where their mass
   reaches top_p; the rows where it does not are bisected one by one, so a
   verify call whose gamma + 1 rows hold one flat distribution bisects that
@@ -232,8 +232,8 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
     [..., V] probs with the entries outside the nucleus set to 0.
   """
   top_p = jnp.broadcast_to(top_p, probs.shape[:-1] + (1,))
-  if kernels.thresholds_apply(probs):  # every row's threshold in one CPU kernel call
-    threshold = kernels.top_p_threshold(probs, jnp.where(top_p >= 1.0, -1.0, top_p))
+  if row_kernels.thresholds_apply(probs):  # every row's threshold in one CPU kernel call
+    threshold = row_kernels.top_p_threshold(probs, jnp.where(top_p >= 1.0, -1.0, top_p))
     return jnp.where((probs >= threshold) | (top_p >= 1.0), probs, 0.0)
   cap = min(_TOP_P_CAP, probs.shape[-1])
   values = _top_values(probs, cap)  # [..., cap] descending
@@ -314,7 +314,8 @@ def adjust_sampled(logits: jax.Array, params: SamplingParams) -> jax.Array:
   # Skip top-k, top-p and greedy rows at run time when no row needs them.
   scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
   scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
-  probs = jax.nn.softmax(scaled, axis=-1)
+  probs = (row_kernels.softmax(scaled) if row_kernels.softmax_applies(scaled)
+           else jax.nn.softmax(scaled, axis=-1))
   probs = jax.lax.cond(jnp.any(top_p < 1.0), nucleus, lambda x: x, probs)
   return jax.lax.cond(jnp.any(temperature == 0),
                       lambda x: jnp.where(temperature > 0, x, _greedy(logits)[0]), lambda x: x,

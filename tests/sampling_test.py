@@ -9,6 +9,7 @@ import pytest
 
 from spec_decode import kernels
 from spec_decode import sampling
+from spec_decode.kernels import distributions
 from tests import stubs
 
 # Every statistical test in this suite rejects at this p-value: its false
@@ -20,7 +21,7 @@ FALSE_POSITIVE_RATE = 1e-4
 def threshold_path(request, monkeypatch):
   """Top-k's and top-p's thresholds beyond the TopK cap: XLA's bisection, or the CPU kernel."""
   if request.param == 'xla':
-    monkeypatch.setattr(kernels, 'thresholds_apply', lambda x: False)
+    monkeypatch.setattr(distributions, 'thresholds_apply', lambda x: False)
   else:
     assert kernels.in_use(), 'the kernels did not build on this machine'
   return request.param
@@ -153,7 +154,7 @@ def test_top_p_mask_equals_sorted_definition(vocab, threshold_path):
 def test_top_p_bisects_only_the_rows_that_need_it(monkeypatch):
   # XLA's path (the kernel's takes every row's threshold in one call): a bisection that
   # keeps nothing, so the rows it touches come back empty.
-  monkeypatch.setattr(kernels, 'thresholds_apply', lambda x: False)
+  monkeypatch.setattr(distributions, 'thresholds_apply', lambda x: False)
   monkeypatch.setattr(sampling, '_bisect_threshold',
                       lambda keys, *_: jnp.full(keys.shape[:-1] + (1,), jnp.iinfo(jnp.int32).max))
   rng = np.random.default_rng(7)

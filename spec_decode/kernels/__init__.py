@@ -35,11 +35,9 @@ call.
   SPEC_DECODE_CPU_KERNELS=0   XLA's products and attention everywhere (read when a function
                               is traced: set it before the process starts)
 
-`top_k_threshold` and `top_p_threshold` give top-k's and top-p's truncation
-thresholds in one call: an exact bisection over each row's float bits that
-drops the entries that can no longer decide as it narrows (threshold.cc), where
-XLA:CPU sorts the row or bisects it with 32 masked sums of the whole row;
-`sampling` takes them where `thresholds_apply`.
+`kernels.distributions` holds sampling's row kernels: softmax, and top-k's and
+top-p's truncation thresholds (softmax.cc, threshold.cc), which
+`spec_decode.sampling` takes under the same switch.
 
 Where no compiler or no library is available the first product to want the
 kernel warns once and XLA's products are used.
@@ -320,46 +318,3 @@ def _attention_backward(residuals, dy):
 
 attention.defvjp(_attention_forward, _attention_backward)
 
-
-def thresholds_apply(x: jax.Array) -> bool:
-  """Whether `top_k_threshold` and `top_p_threshold` run the kernel on rows x [..., V]."""
-  return x.dtype == jnp.float32 and x.ndim >= 1 and x.shape[-1] >= 1 and in_use()
-
-
-def _threshold(target: str, x: jax.Array, bound: jax.Array) -> jax.Array:
-  """[..., V], bound broadcastable to [..., 1] -> [..., 1] (see threshold.cc)."""
-  x = lax.stop_gradient(x)  # a threshold feeds comparisons only
-  bound = jnp.broadcast_to(lax.stop_gradient(bound), x.shape[:-1] + (1,))[..., 0]
-  out = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
-  return jax.ffi.ffi_call(target, out, vmap_method='sequential')(
-      x, bound.astype(jnp.float32))[..., None]
-
-
-def top_k_threshold(logits: jax.Array, k: jax.Array) -> jax.Array:
-  """The k-th largest entry of each row: top-k keeps the entries >= it (ties kept).
-
-  Args:
-    logits: [..., V] float32 (-inf allowed).
-    k: broadcastable to [..., 1], integers in 1..V.
-
-  Returns:
-    [..., 1] float32.
-  """
-  return _threshold('spec_decode_top_k_threshold', logits, k)
-
-
-def top_p_threshold(probs: jax.Array, top_p: jax.Array) -> jax.Array:
-  """The smallest probability whose larger entries hold less than top_p, per row.
-
-  The nucleus is the entries >= it: the most likely tokens down to the first
-  rank whose preceding mass reaches top_p, every token tied with the last one
-  kept. The masses are summed in double precision.
-
-  Args:
-    probs: [..., V] float32 probabilities.
-    top_p: broadcastable to [..., 1], in (0, 1].
-
-  Returns:
-    [..., 1] float32.
-  """
-  return _threshold('spec_decode_top_p_threshold', probs, top_p)

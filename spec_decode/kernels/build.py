@@ -1,12 +1,12 @@
 """Compiles the CPU kernels once per machine and registers them with XLA.
 
-`load()` compiles `dense.cc`, `attention.cc` and `threshold.cc` into one library with the system's C++ compiler (`$CXX`, else g++
-or c++) against the XLA FFI headers that ship with jaxlib
-(`jax.ffi.include_dir()`), for the CPU that builds it (-march=native), into a
-cache folder, and registers its handlers as XLA:CPU FFI targets. The library's
-name holds a hash of the source, the compiler, the flags, jaxlib's version and
-the CPU's model and instruction set, so a change of any of them builds a new
-one, and a home folder shared by machines of other CPUs never loads a library
+`load()` compiles `dense.cc`, `attention.cc`, `threshold.cc` and `softmax.cc`
+into one library with the system's C++ compiler (`$CXX`, else g++ or c++)
+against the XLA FFI headers that ship with jaxlib (`jax.ffi.include_dir()`),
+for the CPU that builds it (-march=native), into a cache folder, and registers
+its handlers as XLA:CPU FFI targets. The library's name holds a hash of the
+source, the compiler, the flags, jaxlib's version and the CPU's model and
+instruction set, so a change of any of them builds a new one, and a home folder shared by machines of other CPUs never loads a library
 built for another instruction set. A build writes to a temporary file and
 renames it: processes that build at once (test workers) each end with a whole
 library.
@@ -30,13 +30,15 @@ import jax
 import jaxlib
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = tuple(os.path.join(_HERE, name) for name in ('dense.cc', 'attention.cc', 'threshold.cc'))
+SOURCES = tuple(os.path.join(_HERE, name)
+                for name in ('dense.cc', 'attention.cc', 'threshold.cc', 'softmax.cc'))
 # FFI target name -> the library's handler symbol.
 TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': 'SpecDecodeDensePanels',
            'spec_decode_dense_panels_bf16': 'SpecDecodeDensePanelsBf16',
            'spec_decode_attention': 'SpecDecodeAttention',
            'spec_decode_top_k_threshold': 'SpecDecodeTopKThreshold',
-           'spec_decode_top_p_threshold': 'SpecDecodeTopPThreshold'}
+           'spec_decode_top_p_threshold': 'SpecDecodeTopPThreshold',
+           'spec_decode_softmax': 'SpecDecodeSoftmax'}
 FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-std=c++17', '-shared', '-fPIC', '-w')
 COMPILE_TIMEOUT_S = 300
 

@@ -1,0 +1,95 @@
+"""Sampling's row kernels for XLA:CPU: softmax, and top-k's and top-p's thresholds.
+
+Every decoding step turns a few rows of V logits into a distribution (the
+draft's row; the verify call's gamma + 1 rows), and with top-k or top-p cuts
+each row at a threshold. XLA:CPU's fusions for these cost more per row than
+one pass of vector code (`scripts/studies/truncation_cost.py`, and the
+figures in softmax.cc and threshold.cc); `spec_decode.sampling` takes these
+kernels where `softmax_applies` / `thresholds_apply` (float32, the kernels in
+use: `kernels.in_use`), XLA's operations elsewhere.
+
+`top_k_threshold` and `top_p_threshold` give the thresholds in one call: an
+exact bisection over each row's float bits that drops the entries that can no
+longer decide as it narrows, where XLA:CPU sorts the row or bisects it with 32
+masked sums of the whole row. `softmax` is jax.nn.softmax over the last axis
+(within a few float32 roundings; the same for a row alone or among others).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from spec_decode import kernels
+
+SOFTMAX_MAX_ROWS = 64  # one thread does the rows in turn: more go to XLA's (threaded) softmax
+
+
+def softmax_applies(x: jax.Array) -> bool:
+  """Whether `softmax` runs the kernel on x [..., V]."""
+  return (x.dtype == jnp.float32 and x.ndim >= 1 and x.shape[-1] >= 1
+          and 1 <= math.prod(x.shape[:-1]) <= SOFTMAX_MAX_ROWS and kernels.in_use())
+
+
+@jax.custom_jvp
+def softmax(x: jax.Array) -> jax.Array:
+  """jax.nn.softmax(x, axis=-1) by the kernel (softmax.cc): x [..., V] float32 -> [..., V].
+
+  A row whose maximum is not finite (all -inf, +inf or a NaN) gives NaNs, as
+  jax.nn.softmax does. Differentiable (the tangent is XLA's arithmetic); under
+  vmap each mapped slice is a call of its own.
+  """
+  out = jax.ShapeDtypeStruct(x.shape, jnp.float32)
+  return jax.ffi.ffi_call('spec_decode_softmax', out, vmap_method='sequential')(x)
+
+
+@softmax.defjvp
+def _softmax_jvp(primals, tangents):
+  (x,), (dx,) = primals, tangents
+  y = softmax(x)
+  return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
+
+
+def thresholds_apply(x: jax.Array) -> bool:
+  """Whether `top_k_threshold` and `top_p_threshold` run the kernel on rows x [..., V]."""
+  return x.dtype == jnp.float32 and x.ndim >= 1 and x.shape[-1] >= 1 and kernels.in_use()
+
+
+def _threshold(target: str, x: jax.Array, bound: jax.Array) -> jax.Array:
+  """[..., V], bound broadcastable to [..., 1] -> [..., 1] (see threshold.cc)."""
+  x = lax.stop_gradient(x)  # a threshold feeds comparisons only
+  bound = jnp.broadcast_to(lax.stop_gradient(bound), x.shape[:-1] + (1,))[..., 0]
+  out = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
+  return jax.ffi.ffi_call(target, out, vmap_method='sequential')(
+      x, bound.astype(jnp.float32))[..., None]
+
+
+def top_k_threshold(logits: jax.Array, k: jax.Array) -> jax.Array:
+  """The k-th largest entry of each row: top-k keeps the entries >= it (ties kept).
+
+  Args:
+    logits: [..., V] float32 (-inf allowed).
+    k: broadcastable to [..., 1], integers in 1..V.
+
+  Returns:
+    [..., 1] float32.
+  """
+  return _threshold('spec_decode_top_k_threshold', logits, k)
+
+
+def top_p_threshold(probs: jax.Array, top_p: jax.Array) -> jax.Array:
+  """The smallest probability whose larger entries hold less than top_p, per row.
+
+  The nucleus is the entries >= it: the most likely tokens down to the first
+  rank whose preceding mass reaches top_p, every token tied with the last one
+  kept. The masses are summed in double precision.
+
+  Args:
+    probs: [..., V] float32 probabilities.
+    top_p: broadcastable to [..., 1], in (0, 1].
+
+  Returns:
+    [..., 1] float32.
+  """
+  return _threshold('spec_decode_top_p_threshold', probs, top_p)
