@@ -6,10 +6,10 @@ against the XLA FFI headers that ship with jaxlib (`jax.ffi.include_dir()`),
 for the CPU that builds it (-march=native), into a cache folder, and registers
 its handlers as XLA:CPU FFI targets. The library's name holds a hash of the
 source, the compiler, the flags, jaxlib's version and the CPU's model and
-instruction set, so a change of any of them builds a new one, and a home folder shared by machines of other CPUs never loads a library
-built for another instruction set. A build writes to a temporary file and
-renames it: processes that build at once (test workers) each end with a whole
-library.
+instruction set, so a change of any of them builds a new one, and a home
+folder shared by machines of other CPUs never loads a library built for
+another instruction set. A build writes to a temporary file and renames it:
+processes that build at once (test workers) each end with a whole library.
 
   python -m spec_decode.kernels   # builds now, prints the library's path
 
