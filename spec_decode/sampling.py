@@ -313,7 +313,10 @@ def adjust_sampled(logits: jax.Array, params: SamplingParams) -> jax.Array:
 
   # Skip top-k, top-p and greedy rows at run time when no row needs them.
   scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
-  scaled = jax.lax.cond(jnp.any(top_k > 0), _top_k_mask, lambda x, _: x, scaled, top_k)
+  # A fresh function per trace: a module-level one's traced branch would be cached across
+  # traces, whatever the kernels' switch says at the next.
+  scaled = jax.lax.cond(jnp.any(top_k > 0), lambda x, k: _top_k_mask(x, k), lambda x, _: x,
+                        scaled, top_k)
   probs = (row_kernels.softmax(scaled) if row_kernels.softmax_applies(scaled)
            else jax.nn.softmax(scaled, axis=-1))
   probs = jax.lax.cond(jnp.any(top_p < 1.0), nucleus, lambda x: x, probs)

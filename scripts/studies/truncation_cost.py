@@ -7,8 +7,8 @@ Sampling with top-k or top-p masks each row of a call (gamma + 1 rows in a
 verify call) at a threshold (`spec_decode.sampling`). XLA:CPU finds it with a
 TopK over the row's largest entries where it lies among them, else with an
 exact bisection of 32 masked sums; on a CPU with the kernels the bisection,
-and top-p's threshold always, is one call of `kernels.top_k_threshold` /
-`kernels.top_p_threshold`. Each case is compiled twice (the kernels switched
+and top-p's threshold always, is one call of `kernels.distributions`'
+`top_k_threshold` / `top_p_threshold`. Each case is compiled twice (the kernels switched
 on and off while tracing) and the two are timed round-robin, median over
 rounds. Flat and peaked rows: normal logits at scale 0.5 and 6.
 """
@@ -71,6 +71,7 @@ def main() -> None:
         us = {on: 1e6 * float(np.median(s)) / args.calls / rows for on, s in seconds.items()}
         print(f'| {vocab} | {rows} | {name} | {us[True]:.1f} | {us[False]:.1f} | '
               f'{us[True] / us[False]:.2f} |', flush=True)
+
 
 if __name__ == '__main__':
   main()

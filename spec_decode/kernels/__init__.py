@@ -317,4 +317,3 @@ def _attention_backward(residuals, dy):
 
 
 attention.defvjp(_attention_forward, _attention_backward)
-

@@ -3,8 +3,8 @@
 Every decoding step turns a few rows of V logits into a distribution (the
 draft's row; the verify call's gamma + 1 rows), and with top-k or top-p cuts
 each row at a threshold. XLA:CPU's fusions for these cost more per row than
-one pass of vector code (`scripts/studies/truncation_cost.py`, and the
-figures in softmax.cc and threshold.cc); `spec_decode.sampling` takes these
+one pass of vector code (`scripts/studies/truncation_cost.py`,
+`scripts/studies/sampling_kernels.py`, the profile in softmax.cc); `spec_decode.sampling` takes these
 kernels where `softmax_applies` / `thresholds_apply` (float32, the kernels in
 use: `kernels.in_use`), XLA's operations elsewhere.
 
@@ -23,7 +23,11 @@ from jax import lax
 
 from spec_decode import kernels
 
-SOFTMAX_MAX_ROWS = 64  # one thread does the rows in turn: more go to XLA's (threaded) softmax
+# One thread does the rows in turn, so many rows go to XLA's threaded softmax instead: a
+# guess (a verify call of batch 16 at gamma 3 still fits), not measured. The thresholds have
+# no limit: per row the kernel's mask cost 0.16-0.97 of XLA's at 1 and 3 rows (V = 8192 and
+# 32128, `truncation_cost.py`).
+SOFTMAX_MAX_ROWS = 64
 
 
 def softmax_applies(x: jax.Array) -> bool:

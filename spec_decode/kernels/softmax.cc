@@ -8,9 +8,9 @@
 // m, then e = exp(x - m) and its sum (in double lanes, a fixed order), then e times 1 / sum:
 //   y[r, i] = exp(x[r, i] - m_r) / sum_j exp(x[r, j] - m_r),
 // as jax.nn.softmax. exp is Cephes' single-precision polynomial (within 1 ulp of the float64
-// exp at 2M points of [-87, 0]; 0 below -87, where float32 leaves the normal range). A row
-// whose maximum is not finite (all -inf, +inf, or a NaN anywhere) comes out NaN, as
-// jax.nn.softmax's does. A row's result depends on that row alone.
+// exp at 2M points of [-87, 0]; 0 below -87, a safe cut above -87.34, where float32's normal
+// range ends). A row whose maximum is not finite (all -inf, +inf, or a NaN anywhere) comes
+// out NaN, as jax.nn.softmax's does. A row's result depends on that row alone.
 //
 // Built by spec_decode/kernels/build.py; its handler is the FFI target spec_decode_softmax.
 
@@ -33,7 +33,8 @@ static inline f8 Load(const float* p) {
 
 // exp(d) for d <= 0 (the logits less their maximum), 0 below -87.
 static inline f8 ExpNonPositive(f8 d) {
-  const f8 t = d * 1.44269504088896341f;  // d / ln 2
+  f8 t = d * 1.44269504088896341f;  // d / ln 2
+  t = t < -127.f ? f8{} - 127.f : t;  // within int32 (-inf, a pruned head's -1e30): cut below
   // n = t rounded to the nearest integer: t - 0.5 <= 0 truncated toward zero.
   const i8 floor = i8{} - 126;  // 2^n stays a normal float; results that small are cut below
   i8 n = __builtin_convertvector(t - 0.5f, i8);

@@ -28,7 +28,7 @@
 
 namespace ffi = xla::ffi;
 
-// float -> int32 in the same order (-0.0 and 0.0 alike; NaNs sort past the infinities),
+// float -> int32 in the same order (-0.0 and 0.0 alike; NaNs past the infinity of their sign),
 // without branches (the signs of a row's logits would mislead a branch predictor); signed,
 // because AVX2 compares signed integers only. spec_decode.sampling's `_order_keys`.
 static inline int32_t Key(float x) {
@@ -134,7 +134,9 @@ static int64_t Compact(int32_t* keys, float* weights, int64_t count, int64_t lo,
     const __mmask16 inside = _mm512_cmpge_epi32_mask(k, low) & _mm512_cmple_epi32_mask(k, high);
     if (!inside) continue;
     _mm512_storeu_si512(keys + kept, _mm512_maskz_compress_epi32(inside, k));
-    _mm512_storeu_ps(weights + kept, _mm512_maskz_compress_ps(inside, _mm512_loadu_ps(weights + i)));
+    if (kMass)  // top-k's weights are all 1 and never read
+      _mm512_storeu_ps(weights + kept,
+                       _mm512_maskz_compress_ps(inside, _mm512_loadu_ps(weights + i)));
     kept += __builtin_popcount(inside);
   }
 #else
@@ -146,14 +148,14 @@ static int64_t Compact(int32_t* keys, float* weights, int64_t count, int64_t lo,
     if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3])) continue;
     for (int j = 0; j < 8; ++j) {
       keys[kept] = keys[i + j];
-      weights[kept] = weights[i + j];
+      if (kMass) weights[kept] = weights[i + j];
       kept += inside[j] & 1;
     }
   }
 #endif
   for (; i < count; ++i) {
     keys[kept] = keys[i];
-    weights[kept] = weights[i];
+    if (kMass) weights[kept] = weights[i];
     kept += keys[i] >= first && keys[i] <= hi;
   }
   return kept;
@@ -169,11 +171,11 @@ static float RowThreshold(const float* x, int64_t V, double bound, std::vector<i
                           std::vector<float>& weights) {
   if (!(bound > 0.0)) return INFINITY;  // a row the caller does not ask for
   keys.resize(V);
-  weights.resize(V);
+  if (kMass) weights.resize(V);  // top-k counts entries: its weights are never read
   int32_t lowest = INT32_MAX, highest = INT32_MIN;
   for (int64_t i = 0; i < V; ++i) {
     keys[i] = Key(x[i]);
-    weights[i] = kMass ? x[i] : 1.f;
+    if (kMass) weights[i] = x[i];
     lowest = keys[i] < lowest ? keys[i] : lowest;
     highest = keys[i] > highest ? keys[i] : highest;
   }
