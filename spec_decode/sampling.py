@@ -113,10 +113,11 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # the vocabulary to find it costs more than a target step on XLA:CPU, so the
 # threshold comes from the cap largest entries (`_top_values`) whenever it
 # lies among them (always for k <= the cap), and otherwise from an exact
-# bisection over the entries' float32 bit patterns. On a CPU with the kernels the
-# bisection is one call of `kernels.distributions.top_k_threshold`, and top-p's threshold is
-# always `kernels.distributions.top_p_threshold`'s (a top-p mask at V = 8k 13-28 us a row against
-# XLA's 34-112 us; `scripts/studies/truncation_cost.py`, EPYC). Both give the sorted
+# bisection over the entries' float32 bit patterns. On a CPU with the kernels every
+# row's threshold is instead one call of `kernels.distributions.top_k_threshold` /
+# `top_p_threshold`, the same bisection (a top-p mask at V = 8k 13-28 us a row against
+# XLA's 34-112 us, top-k 40 0.52-0.89 of XLA's TopK; EPYC,
+# `scripts/studies/truncation_cost.py`). All give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
 # grows, the bisection several TopKs; `scripts/studies/nucleus_mass.py` weighs the two
 # for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs, before the
@@ -203,12 +204,13 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
     return logits >= kth
 
   def by_bisection(logits):
-    if row_kernels.thresholds_apply(logits):  # the same bisection in one CPU kernel call
-      return logits >= row_kernels.top_k_threshold(logits, k)
     keys = _order_keys(logits)
     return keys >= _bisect_threshold(keys, jnp.ones_like(keys), k)
 
-  keep = jax.lax.cond(jnp.all(k <= cap), from_top_values, by_bisection, logits)
+  if row_kernels.thresholds_apply(logits):  # every row's threshold in one CPU kernel call
+    keep = logits >= row_kernels.top_k_threshold(logits, k)
+  else:
+    keep = jax.lax.cond(jnp.all(k <= cap), from_top_values, by_bisection, logits)
   return jnp.where(keep | (top_k <= 0), logits, -jnp.inf)
 
 
@@ -233,8 +235,8 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
   """
   top_p = jnp.broadcast_to(top_p, probs.shape[:-1] + (1,))
   if row_kernels.thresholds_apply(probs):  # every row's threshold in one CPU kernel call
-    threshold = row_kernels.top_p_threshold(probs, jnp.where(top_p >= 1.0, -1.0, top_p))
-    return jnp.where((probs >= threshold) | (top_p >= 1.0), probs, 0.0)
+    threshold = row_kernels.top_p_threshold(probs, jnp.where(top_p < 1.0, top_p, 0.0))
+    return jnp.where(probs >= threshold, probs, 0.0)  # rows not cut: threshold -inf
   cap = min(_TOP_P_CAP, probs.shape[-1])
   values = _top_values(probs, cap)  # [..., cap] descending
   mass = jnp.cumsum(values, axis=-1)

@@ -2,10 +2,10 @@
 
 The library is built for the machine that builds it (-march=native), so its
 AVX-512 and AVX2 paths cannot both run here through XLA. Each checker includes
-a kernel's source and compares it with plain float64 arithmetic or a full
+distributions.cc and compares a kernel with plain float64 arithmetic or a full
 sort, built here for the machine's own level, AVX2 without AVX-512, and
 baseline x86-64. With an earlier plain lane loop of masked float sums in
-threshold.cc, GCC 12 at -O3 -march=x86-64-v3 gave 55 of 216 thresholds wrong
+distributions.cc, GCC 12 at -O3 -march=x86-64-v3 gave 55 of 216 thresholds wrong
 (none at -O1 or natively on an AVX-512 machine; not reduced further).
 """
 

@@ -190,7 +190,7 @@ def test_adjust_sampled_is_adjust(kwargs):
 
 
 @pytest.mark.parametrize('knobs', ['traced', 'constant'])
-def test_top_k_top_p_compile_without_a_sort(knobs):
+def test_top_k_top_p_compile_without_a_sort(knobs, threshold_path):
   # Inside a loop, as the decoders call it. With knobs that XLA sees as
   # constants, picking the k-th of lax.top_k's values with a gather had made
   # XLA:CPU sort the whole vocabulary (1.4 ms a call at V = 8k, 50x TopK).
@@ -206,7 +206,11 @@ def test_top_k_top_p_compile_without_a_sort(knobs):
   else:
     compiled = jax.jit(lambda x: loop(x, params)).lower(logits).compile()
   hlo = compiled.as_text()
-  assert 'TopK' in hlo and not re.search(r'\ssort\(', hlo)
+  assert not re.search(r'\ssort\(', hlo)
+  if threshold_path == 'xla':
+    assert 'TopK' in hlo
+  else:  # every threshold from the kernels
+    assert 'spec_decode_top_k_threshold' in hlo and 'TopK' not in hlo
 
 
 def test_per_row_params():

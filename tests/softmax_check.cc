@@ -1,9 +1,9 @@
-// Checks softmax.cc's Row against float64 arithmetic, built by kernel_isa_test.py with
-// the flags of an instruction set (the library itself is built for the machine's own):
+// Checks distributions.cc's SoftmaxRow against float64 arithmetic, built by kernel_isa_test.py
+// with the flags of an instruction set (the library itself is built for the machine's own):
 //   g++ -O3 -march=<isa> -std=c++17 -I<jax.ffi.include_dir()> softmax_check.cc
 // Prints each wrong row and "<wrong> of <checked> wrong"; exits 1 if any is.
 
-#include "../spec_decode/kernels/softmax.cc"
+#include "../spec_decode/kernels/distributions.cc"
 
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +21,7 @@ int main() {
         for (float& v : x) v = normal(generator) * scale;
         if (masked)  // top-k's -inf, a pruned head's -1e30
           for (int64_t i = 1; i < V; i += 3) x[i] = i % 2 ? -INFINITY : -1e30f;
-        Row(x.data(), y.data(), V);
+        SoftmaxRow(x.data(), y.data(), V);
         // The reference from the same float32 differences x - m, in float64.
         const float m = *std::max_element(x.begin(), x.end());
         double sum = 0.0;

@@ -1,4 +1,4 @@
-"""Tests for kernels.distributions.softmax (softmax.cc) against float64 and jax.nn.softmax."""
+"""Tests for kernels.distributions.softmax against float64 and jax.nn.softmax."""
 
 import jax
 import jax.numpy as jnp

@@ -1,9 +1,9 @@
-// Checks threshold.cc's RowThreshold against a full sort, built by kernel_isa_test.py
+// Checks distributions.cc's RowThreshold against a full sort, built by kernel_isa_test.py
 // with the flags of an instruction set (the library itself is built for the machine's own):
 //   g++ -O3 -march=<isa> -std=c++17 -I<jax.ffi.include_dir()> threshold_check.cc
 // Prints each wrong threshold and "<wrong> of <checked> wrong"; exits 1 if any is.
 
-#include "../spec_decode/kernels/threshold.cc"
+#include "../spec_decode/kernels/distributions.cc"
 
 #include <algorithm>
 #include <cstdio>

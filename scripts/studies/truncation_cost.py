@@ -6,9 +6,10 @@ r"""Prints what top-k's and top-p's truncation costs per row, with the CPU kerne
 Sampling with top-k or top-p masks each row of a call (gamma + 1 rows in a
 verify call) at a threshold (`spec_decode.sampling`). XLA:CPU finds it with a
 TopK over the row's largest entries where it lies among them, else with an
-exact bisection of 32 masked sums; on a CPU with the kernels the bisection,
-and top-p's threshold always, is one call of `kernels.distributions`'
-`top_k_threshold` / `top_p_threshold`. Each case is compiled twice (the kernels switched
+exact bisection of 32 masked sums; on a CPU with the kernels every row's
+threshold is one call of `kernels.distributions`' `top_k_threshold` /
+`top_p_threshold`. For reference, plain sampling's softmax too (the kernel for
+calls of up to `kernels.distributions.SOFTMAX_MAX_ROWS` rows). Each case is compiled twice (the kernels switched
 on and off while tracing) and the two are timed round-robin, median over
 rounds. Flat and peaked rows: normal logits at scale 0.5 and 6.
 """
@@ -38,6 +39,9 @@ def _cases(vocab: int, rows: int, rng: np.random.Generator) -> dict:
     logits = jnp.asarray(rng.standard_normal((rows, vocab)) * scale, jnp.float32)
     cases[name] = (sampling._top_p_mask, (jax.nn.softmax(logits, -1), jnp.full((rows, 1), 0.9)))
   logits = jnp.asarray(rng.standard_normal((rows, vocab)), jnp.float32)
+  plain = sampling.SamplingParams.create(1.0)  # softmax alone: no cut
+  cases['softmax (T = 1, no cut)'] = (lambda x, _: sampling.adjust_sampled(x, plain),
+                                      (logits, None))
   for k in (40, 1000):
     cases[f'top-k {k}'] = (sampling._top_k_mask, (logits, jnp.full((rows, 1), k, jnp.int32)))
   return cases

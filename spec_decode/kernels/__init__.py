@@ -36,7 +36,7 @@ call.
                               is traced: set it before the process starts)
 
 `kernels.distributions` holds sampling's row kernels: softmax, and top-k's and
-top-p's truncation thresholds (softmax.cc, threshold.cc), which
+top-p's truncation thresholds (distributions.cc), which
 `spec_decode.sampling` takes under the same switch.
 
 Where no compiler or no library is available the first product to want the

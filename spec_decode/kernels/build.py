@@ -1,7 +1,7 @@
 """Compiles the CPU kernels once per machine and registers them with XLA.
 
-`load()` compiles `dense.cc`, `attention.cc`, `threshold.cc` and `softmax.cc`
-into one library with the system's C++ compiler (`$CXX`, else g++ or c++)
+`load()` compiles `dense.cc`, `attention.cc` and `distributions.cc` into one
+library with the system's C++ compiler (`$CXX`, else g++ or c++)
 against the XLA FFI headers that ship with jaxlib (`jax.ffi.include_dir()`),
 for the CPU that builds it (-march=native), into a cache folder, and registers
 its handlers as XLA:CPU FFI targets. The library's name holds a hash of the
@@ -31,7 +31,7 @@ import jaxlib
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = tuple(os.path.join(_HERE, name)
-                for name in ('dense.cc', 'attention.cc', 'threshold.cc', 'softmax.cc'))
+                for name in ('dense.cc', 'attention.cc', 'distributions.cc'))
 # FFI target name -> the library's handler symbol.
 TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': 'SpecDecodeDensePanels',
            'spec_decode_dense_panels_bf16': 'SpecDecodeDensePanelsBf16',

@@ -2,11 +2,13 @@
 
 Every decoding step turns a few rows of V logits into a distribution (the
 draft's row; the verify call's gamma + 1 rows), and with top-k or top-p cuts
-each row at a threshold. XLA:CPU's fusions for these cost more per row than
-one pass of vector code (`scripts/studies/truncation_cost.py`,
-`scripts/studies/sampling_kernels.py`, the profile in softmax.cc); `spec_decode.sampling` takes these
-kernels where `softmax_applies` / `thresholds_apply` (float32, the kernels in
-use: `kernels.in_use`), XLA's operations elsewhere.
+each row at a threshold. In the decoding loop XLA:CPU's fusions for these cost
+more per row than one pass of vector code (distributions.cc,
+`scripts/studies/truncation_cost.py`, `scripts/studies/sampling_kernels.py`);
+`spec_decode.sampling` takes these kernels where `thresholds_apply` /
+`softmax_applies` (float32, the kernels in use: `kernels.in_use`), XLA's
+operations elsewhere. Each call does its rows in turn on one thread; under
+vmap the mapped axis is one more leading axis of the same call.
 
 `top_k_threshold` and `top_p_threshold` give the thresholds in one call: an
 exact bisection over each row's float bits that drops the entries that can no
@@ -23,29 +25,36 @@ from jax import lax
 
 from spec_decode import kernels
 
-# One thread does the rows in turn, so many rows go to XLA's threaded softmax instead: a
-# guess (a verify call of batch 16 at gamma 3 still fits), not measured. The thresholds have
-# no limit: per row the kernel's mask cost 0.16-0.97 of XLA's at 1 and 3 rows (V = 8192 and
-# 32128, `truncation_cost.py`).
-SOFTMAX_MAX_ROWS = 64
+# The softmax kernel pays inside the decoding loop (a draft step's row, a verify call's
+# gamma + 1), where XLA's fusion ran 3x slower than alone; in a loop of softmaxes alone XLA's
+# multithreaded fusion was faster, by 3x per row from 16 rows (docs/measurements-cpu.md). So
+# larger calls (teacher-forced acceptance, big batches) keep XLA's.
+SOFTMAX_MAX_ROWS = 8
+
+
+def thresholds_apply(x: jax.Array) -> bool:
+  """Whether `top_k_threshold` and `top_p_threshold` run the kernel on rows x [..., V].
+
+  Every row count: per row the kernel's top-k/top-p mask cost 0.15-0.91 of XLA's
+  (`truncation_cost.py`, 1 and 4 rows, V = 8192 and 32128, top-k 40 included).
+  """
+  return x.dtype == jnp.float32 and x.ndim >= 1 and x.shape[-1] >= 1 and kernels.in_use()
 
 
 def softmax_applies(x: jax.Array) -> bool:
-  """Whether `softmax` runs the kernel on x [..., V]."""
-  return (x.dtype == jnp.float32 and x.ndim >= 1 and x.shape[-1] >= 1
-          and 1 <= math.prod(x.shape[:-1]) <= SOFTMAX_MAX_ROWS and kernels.in_use())
+  """Whether `softmax` runs the kernel on x [..., V]: as thresholds, <= SOFTMAX_MAX_ROWS rows."""
+  return thresholds_apply(x) and math.prod(x.shape[:-1]) <= SOFTMAX_MAX_ROWS
 
 
 @jax.custom_jvp
 def softmax(x: jax.Array) -> jax.Array:
-  """jax.nn.softmax(x, axis=-1) by the kernel (softmax.cc): x [..., V] float32 -> [..., V].
+  """jax.nn.softmax(x, axis=-1) by the kernel: x [..., V] float32 -> [..., V].
 
   A row whose maximum is not finite (all -inf, +inf or a NaN) gives NaNs, as
-  jax.nn.softmax does. Differentiable (the tangent is XLA's arithmetic); under
-  vmap each mapped slice is a call of its own.
+  jax.nn.softmax does. Differentiable (the tangent is XLA's arithmetic).
   """
   out = jax.ShapeDtypeStruct(x.shape, jnp.float32)
-  return jax.ffi.ffi_call('spec_decode_softmax', out, vmap_method='sequential')(x)
+  return jax.ffi.ffi_call('spec_decode_softmax', out, vmap_method='broadcast_all')(x)
 
 
 @softmax.defjvp
@@ -55,17 +64,12 @@ def _softmax_jvp(primals, tangents):
   return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 
 
-def thresholds_apply(x: jax.Array) -> bool:
-  """Whether `top_k_threshold` and `top_p_threshold` run the kernel on rows x [..., V]."""
-  return x.dtype == jnp.float32 and x.ndim >= 1 and x.shape[-1] >= 1 and kernels.in_use()
-
-
 def _threshold(target: str, x: jax.Array, bound: jax.Array) -> jax.Array:
-  """[..., V], bound broadcastable to [..., 1] -> [..., 1] (see threshold.cc)."""
+  """[..., V], bound broadcastable to [..., 1] -> [..., 1] (see distributions.cc)."""
   x = lax.stop_gradient(x)  # a threshold feeds comparisons only
   bound = jnp.broadcast_to(lax.stop_gradient(bound), x.shape[:-1] + (1,))[..., 0]
   out = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
-  return jax.ffi.ffi_call(target, out, vmap_method='sequential')(
+  return jax.ffi.ffi_call(target, out, vmap_method='broadcast_all')(
       x, bound.astype(jnp.float32))[..., None]
 
 
@@ -87,11 +91,12 @@ def top_p_threshold(probs: jax.Array, top_p: jax.Array) -> jax.Array:
 
   The nucleus is the entries >= it: the most likely tokens down to the first
   rank whose preceding mass reaches top_p, every token tied with the last one
-  kept. The masses are summed in double precision.
+  kept. The masses are summed in double precision. A row whose top_p is not
+  > 0 is not cut: its threshold is -inf.
 
   Args:
     probs: [..., V] float32 probabilities.
-    top_p: broadcastable to [..., 1], in (0, 1].
+    top_p: broadcastable to [..., 1], at most 1.
 
   Returns:
     [..., 1] float32.

@@ -1,21 +1,9 @@
-// Truncation thresholds of top-k and top-p sampling for XLA:CPU through the XLA FFI.
+// Sampling's row kernels for XLA:CPU through the XLA FFI (spec_decode.kernels.distributions):
+// the truncation thresholds of top-k and top-p, and softmax. The rows of x [..., V] are done
+// in turn on the calling thread, and a row's result depends on that row alone.
 //
-// Top-k keeps the entries >= the k-th largest logit, top-p the entries >= the
-// smallest probability whose larger entries hold less than top_p (ties kept). Both
-// are, for each row x[r] of x [R, V] and its bound b[r] > 0,
-//   t = min { v in x[r] : W(v) < b[r] },  W(v) = sum of w(u) over the entries u > v,
-// with w(u) = 1 (top-k: b = k) or w(u) = u (top-p: b = top_p, x probabilities). Where
-// t lies among a row's few largest entries XLA:CPU finds it fast with a TopK
-// (spec_decode.sampling); elsewhere it bisects the float bits with 32 masked sums of
-// the whole row, each a handful of XLA operations. Here the same bisection runs over
-// the entries' order-preserving 32-bit keys with vectorized masked sums (masses in
-// double precision), and every few halvings drops the entries that can no longer
-// decide, so that later halvings read a few entries instead of the row. A row's
-// result depends on that row alone, its sums in a fixed order. A row whose bound is
-// not > 0 is skipped (+inf), for callers that need a few rows of a call.
-//
-// Built by spec_decode/kernels/build.py with dense.cc; its handlers are registered as
-// the FFI targets spec_decode_top_k_threshold and spec_decode_top_p_threshold.
+// Built by spec_decode/kernels/build.py; its handlers are the FFI targets
+// spec_decode_top_k_threshold, spec_decode_top_p_threshold and spec_decode_softmax.
 
 #include <cmath>
 #include <cstdint>
@@ -27,6 +15,41 @@
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+
+// Vectors of 8 lanes, AVX2's width (AVX-512 machines ran them as fast). With 16-lane types
+// GCC 12 spills to the stack on AVX2 (10x slower), and it vectorized a plain lane loop of
+// masked float sums wrongly at -O3 -march=x86-64-v3 (tests/kernel_isa_test.py).
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef float f8 __attribute__((vector_size(32)));
+typedef double d4 __attribute__((vector_size(32)));
+
+static inline i8 Load(const int32_t* p) {
+  i8 v;
+  std::memcpy(&v, p, 32);
+  return v;
+}
+
+static inline f8 Load(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, 32);
+  return v;
+}
+
+// Truncation thresholds.
+//
+// Top-k keeps the entries >= the k-th largest logit, top-p the entries >= the
+// smallest probability whose larger entries hold less than top_p (ties kept). Both
+// are, for each row x[r] of x [R, V] and its bound b[r] > 0,
+//   t = min { v in x[r] : W(v) < b[r] },  W(v) = sum of w(u) over the entries u > v,
+// with w(u) = 1 (top-k: b = k) or w(u) = u (top-p: b = top_p, x probabilities).
+// Without the kernels spec_decode.sampling finds t with a TopK where it lies among a
+// row's few largest entries, elsewhere by bisecting the float bits with 32 masked sums of
+// the whole row, each a handful of XLA operations. Here the same bisection runs over
+// the entries' order-preserving 32-bit keys with vectorized masked sums (masses in
+// double precision), and every few halvings drops the entries that can no longer
+// decide, so that later halvings read a few entries instead of the row. A row's
+// sums run in a fixed order. A row whose bound is not > 0 is not cut: its threshold is
+// -inf (every entry kept), for callers that cut some rows of a call.
 
 // float -> int32 in the same order (-0.0 and 0.0 alike; NaNs past the infinity of their sign),
 // without branches (the signs of a row's logits would mislead a branch predictor); signed,
@@ -48,25 +71,6 @@ static inline float Value(int32_t key) {
 // Halvings before the first compaction of the entries still in the interval (most of a
 // row lies in it before), and between two.
 constexpr int kCompactFirst = 6, kCompactEvery = 3;
-
-// Vectors of 8 lanes, AVX2's width (AVX-512 machines ran them as fast). With 16-lane types
-// GCC 12 spills to the stack on AVX2 (10x slower), and it vectorized a plain lane loop of
-// masked float sums wrongly at -O3 -march=x86-64-v3 (tests/threshold_check.cc).
-typedef int32_t i8 __attribute__((vector_size(32)));
-typedef float f8 __attribute__((vector_size(32)));
-typedef double d4 __attribute__((vector_size(32)));
-
-static inline i8 Load(const int32_t* p) {
-  i8 v;
-  std::memcpy(&v, p, 32);
-  return v;
-}
-
-static inline f8 Load(const float* p) {
-  f8 v;
-  std::memcpy(&v, p, 32);
-  return v;
-}
 
 // W of the first `count` entries whose key exceeds t: counts in 16 integer lanes, masses
 // in 8 double lanes of partial sums in a fixed order, then the lanes in order.
@@ -169,7 +173,7 @@ static int64_t Compact(int32_t* keys, float* weights, int64_t count, int64_t lo,
 template <bool kMass>
 static float RowThreshold(const float* x, int64_t V, double bound, std::vector<int32_t>& keys,
                           std::vector<float>& weights) {
-  if (!(bound > 0.0)) return INFINITY;  // a row the caller does not ask for
+  if (!(bound > 0.0)) return -INFINITY;  // a row the caller does not cut
   keys.resize(V);
   if (kMass) weights.resize(V);  // top-k counts entries: its weights are never read
   int32_t lowest = INT32_MAX, highest = INT32_MIN;
@@ -182,8 +186,9 @@ static float RowThreshold(const float* x, int64_t V, double bound, std::vector<i
   // MassAboveFast over n entries errs by less than n / 16 roundings (2^-24 relative) of
   // the entries' total mass: where a halving's fast sum lies farther than twice that
   // from the bound, it decides as the double sum would.
-  const double error = kMass ? 0x1p-27 * 1.01 * MassAboveFast(keys.data(), weights.data(), V, INT32_MIN)
-                             : 0.0;  // per entry summed
+  const double error =
+      kMass ? 0x1p-27 * 1.01 * MassAboveFast(keys.data(), weights.data(), V, INT32_MIN)
+            : 0.0;  // per entry summed
   // W(hi) < bound (nothing is above the highest key); W(lo) is all of W, which reaches the
   // bound or not: if not, every halving lowers hi, down to the lowest key (all kept).
   int64_t lo = static_cast<int64_t>(lowest) - 1, hi = highest, count = V;
@@ -231,3 +236,105 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeTopKThreshold, ThresholdImpl<false>,
                               SPEC_DECODE_THRESHOLD_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeTopPThreshold, ThresholdImpl<true>,
                               SPEC_DECODE_THRESHOLD_BINDING);
+
+// Softmax over the last axis.
+//
+// Each decoding step turns a few rows of V logits into probabilities (the draft's row, the
+// verify call's gamma + 1 rows). XLA:CPU (jax 0.10.2) computes max and exp in a YNNPACK fusion
+// that, inside the demo's speculative loop, took 25 us for one row of V = 8192 and 70-100 us
+// for four (median and 10-90th percentiles of a profile, EPYC); this kernel took 7-8 us and
+// 26 us there. (In a loop of softmaxes alone XLA's was the faster, by 1.2x at one row and
+// 3x at 16 or more: sampling takes this kernel for a decoding step's few rows only.) Three
+// passes over each row: the maximum m, then e = exp(x - m) and its sum (in double lanes, a
+// fixed order), then e times 1 / sum:
+//   y[r, i] = exp(x[r, i] - m_r) / sum_j exp(x[r, j] - m_r),
+// as jax.nn.softmax. exp is Cephes' single-precision polynomial (within 1 ulp of the float64
+// exp at 2M points of [-87, 0]; 0 below -87, a safe cut above -87.34, where float32's normal
+// range ends). A row whose maximum is not finite (all -inf, +inf, or a NaN anywhere) comes
+// out NaN, as jax.nn.softmax's does.
+
+// exp(d) for d <= 0 (the logits less their maximum), 0 below -87.
+static inline f8 ExpNonPositive(f8 d) {
+  f8 t = d * 1.44269504088896341f;  // d / ln 2
+  t = t < -127.f ? f8{} - 127.f : t;  // within int32 (-inf, a pruned head's -1e30): cut below
+  // n = t rounded to the nearest integer: t - 0.5 <= 0 truncated toward zero.
+  const i8 floor = i8{} - 126;  // 2^n stays a normal float; results that small are cut below
+  i8 n = __builtin_convertvector(t - 0.5f, i8);
+  n = n < floor ? floor : n;
+  const f8 nf = __builtin_convertvector(n, f8);
+  const f8 r = d - nf * 0.693359375f - nf * -2.12194440e-4f;  // d - n ln 2, in two parts
+  f8 p = f8{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const f8 e = p * r * r + r + 1.f;
+  f8 scale;
+  const i8 bits = (n + 127) << 23;
+  std::memcpy(&scale, &bits, 32);
+  return d < -87.f ? f8{} : e * scale;
+}
+
+static float ScalarExpNonPositive(float d) {
+  f8 v = f8{} + d;
+  return ExpNonPositive(v)[0];
+}
+
+// One row: x [V] -> y [V].
+static void SoftmaxRow(const float* x, float* y, int64_t V) {
+  f8 top = f8{} - INFINITY;
+  i8 nan = {};
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) {
+    const f8 v = Load(x + i);
+    top = v > top ? v : top;
+    nan |= v != v;
+  }
+  float m = -INFINITY;
+  for (int j = 0; j < 8; ++j) m = top[j] > m ? top[j] : m;
+  bool any_nan = false;
+  for (int j = 0; j < 8; ++j) any_nan |= nan[j] != 0;
+  for (; i < V; ++i) {
+    m = x[i] > m ? x[i] : m;
+    any_nan |= x[i] != x[i];
+  }
+  if (any_nan || !std::isfinite(m)) {
+    for (int64_t i = 0; i < V; ++i) y[i] = NAN;
+    return;
+  }
+  d4 low = {}, high = {};
+  for (i = 0; i + 8 <= V; i += 8) {
+    const f8 e = ExpNonPositive(Load(x + i) - m);
+    std::memcpy(y + i, &e, 32);
+    low += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), d4);
+    high += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), d4);
+  }
+  double sum = 0.0;
+  for (int j = 0; j < 4; ++j) sum += low[j];
+  for (int j = 0; j < 4; ++j) sum += high[j];
+  for (; i < V; ++i) sum += y[i] = ScalarExpNonPositive(x[i] - m);
+  const float inverse = static_cast<float>(1.0 / sum);  // within 1 ulp of dividing by it
+  for (i = 0; i + 8 <= V; i += 8) {
+    const f8 q = Load(y + i) * inverse;
+    std::memcpy(y + i, &q, 32);
+  }
+  for (; i < V; ++i) y[i] *= inverse;
+}
+
+// x [..., V] -> y [..., V], float32.
+static ffi::Error SoftmaxImpl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y) {
+  auto dims = x.dimensions();
+  if (dims.size() < 1 || dims[dims.size() - 1] < 1)
+    return ffi::Error::InvalidArgument("spec_decode softmax: x [..., V] with V >= 1");
+  const int64_t V = dims[dims.size() - 1], rows = x.element_count() / V;
+  if (y->element_count() != x.element_count())
+    return ffi::Error::InvalidArgument("spec_decode softmax: y must have x's shape");
+  for (int64_t r = 0; r < rows; ++r)
+    SoftmaxRow(x.typed_data() + r * V, y->typed_data() + r * V, V);
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    SpecDecodeSoftmax, SoftmaxImpl,
+    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
