@@ -266,10 +266,15 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
 def argmax(x: jax.Array) -> jax.Array:
   """[..., V] -> [...] int32 index of the largest entry, the first one on ties.
 
-  As `jnp.argmax` for finite and -inf inputs, written as two plain
-  reductions: XLA:CPU runs jnp.argmax's (value, index) reduction about 10x
-  slower, which at V = 8k costs more per decoding step than all of sampling.
+  As `jnp.argmax` for finite and infinite inputs (a row with a NaN: the CPU
+  kernel gives its first NaN's index as jnp.argmax does, XLA's reductions some
+  index). On CPU with the kernels one pass over each row
+  (kernels.distributions.argmax); elsewhere two plain reductions: XLA:CPU runs
+  jnp.argmax's (value, index) reduction about 10x slower, which at V = 8k costs
+  more per decoding step than all of sampling.
   """
+  if row_kernels.argmax_applies(x):  # one pass over each row in a CPU kernel
+    return row_kernels.argmax(x)
   vocab = x.shape[-1]
   iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
   top = jnp.max(x, axis=-1, keepdims=True)

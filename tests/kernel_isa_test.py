@@ -18,7 +18,7 @@ import pytest
 
 from spec_decode.kernels import build
 
-CHECKERS = ('threshold_check.cc', 'softmax_check.cc')
+CHECKERS = ('threshold_check.cc', 'softmax_check.cc', 'argmax_check.cc')
 
 
 def _instruction_sets():

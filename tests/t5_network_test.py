@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +11,7 @@ from flax import traverse_util
 
 from spec_decode import cache as cache_lib
 from spec_decode.t5 import config as config_lib
+from spec_decode.t5 import layers
 from spec_decode.t5 import network
 from tests import tolerances
 
@@ -125,6 +127,21 @@ def test_init_folds_attention_scaling_into_query():
   assert key_std == pytest.approx(emb_dim**-0.5, rel=0.1)
   assert query_std == pytest.approx(key_std / head_dim**0.5, rel=0.1)
   assert float(jnp.std(params['token_embedder']['embedding'])) == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize('shape', [(1, 1), (1, 5), (2, 8), (3, 7)])
+def test_embed_looks_up_as_flax_embed_in_range_or_not(shape):
+  rng = np.random.default_rng(sum(shape))
+  ids = jnp.asarray(rng.integers(-12, 12, size=shape), jnp.int32)  # V = 10: some out of range
+  ours, flax_embed = layers.Embed(10, 4, dtype=jnp.bfloat16), nn.Embed(10, 4, dtype=jnp.bfloat16)
+  variables = flax_embed.init(jax.random.key(0), ids)
+  want = flax_embed.apply(variables, ids)
+  got = jax.jit(ours.apply)(variables, ids)
+  assert got.dtype == want.dtype and got.shape == want.shape
+  np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+  sliced = np.prod(shape) <= layers.SLICE_MAX_TOKENS
+  gathered = 'gather' in str(jax.make_jaxpr(lambda i: ours.apply(variables, i))(ids))
+  assert gathered != sliced
 
 
 def test_cache_layout(model):

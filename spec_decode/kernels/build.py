@@ -38,7 +38,7 @@ TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': '
            'spec_decode_attention': 'SpecDecodeAttention',
            'spec_decode_top_k_threshold': 'SpecDecodeTopKThreshold',
            'spec_decode_top_p_threshold': 'SpecDecodeTopPThreshold',
-           'spec_decode_softmax': 'SpecDecodeSoftmax'}
+           'spec_decode_softmax': 'SpecDecodeSoftmax', 'spec_decode_argmax': 'SpecDecodeArgmax'}
 FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-std=c++17', '-shared', '-fPIC', '-w')
 COMPILE_TIMEOUT_S = 300
 

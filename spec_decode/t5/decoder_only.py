@@ -84,7 +84,7 @@ class DecoderStack(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.token_embedder = nn.Embed(
+    self.token_embedder = layers.Embed(
         cfg.vocab_size, cfg.emb_dim, embedding_init=nn.initializers.normal(stddev=1.0),
         dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
     self.relpos_bias = network.relpos_bias(cfg, bidirectional=False)

@@ -312,7 +312,7 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.token_embedder = nn.Embed(
+    self.token_embedder = layers.Embed(
         cfg.vocab_size, cfg.emb_dim, embedding_init=nn.initializers.normal(stddev=1.0),
         dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
     self.encoder = Encoder(cfg)
