@@ -49,9 +49,14 @@ static inline v16 Load(const float* p) {
 // bfloat16 widened exactly (its bits are the high half of the float32's). A bfloat16
 // panel row holds each 32 columns interleaved (32-bit lane i: column i in its low half, column 16 + i in
 // its high half; kernels.pack), so one load and one operation widen 16 weights.
+// The + 0.f (an addition GCC must keep: -0.f + 0.f is +0.f) holds each weight vector in a
+// register: without it GCC 12 folded the loads into the multiply-adds for 2..4 rows (M loads
+// of each weight vector), and 3 and 4 rows took 1.3-2.2x as long as with it, single-threaded
+// at a T5 step's shapes (EPYC; an asm barrier or asm loads instead slowed every row count).
+// It changes a weight only from -0 to +0, in every row count alike.
 template <int NV>
 static inline void LoadRow(const float* p, v16* wv) {
-  for (int v = 0; v < NV; ++v) wv[v] = Load(p + 16 * v);
+  for (int v = 0; v < NV; ++v) wv[v] = Load(p + 16 * v) + 0.f;
 }
 template <int NV>
 static inline void LoadRow(const uint16_t* p, v16* wv) {
@@ -66,31 +71,19 @@ static inline void LoadRow(const uint16_t* p, v16* wv) {
   }
 }
 
-// Rows of padding a Tile may take (see PanelPass): its x reads zeros, its y is discarded.
-constexpr int64_t kPadRowLength = 512;
-alignas(64) static const float kZeroRow[kPadRowLength] = {};
-alignas(64) static thread_local float pad_out[6][64];
-
-// y[m, 0:cols] (row m at y + m * y_stride) of the first R of M rows (row m at
-// x + m * x_stride; rows R..M - 1 are padding: zeros in, results discarded) from w's 16 NV
-// columns at w (row i at w + i * w_stride), over i = 0..count - 1 in increasing order;
-// `resume` starts the sums from y's values instead of 0 (a pass over later rows of w: the
-// same sequence of multiply-adds as one pass).
-template <int M, int NV, typename W = float, int R = M>
+// y[m, 0:cols] (row m at y + m * y_stride) of all M rows (row m at x + m * x_stride)
+// from w's 16 NV columns at w (row i at w + i * w_stride), over i = 0..count - 1 in
+// increasing order; `resume` starts the sums from y's values instead of 0 (a pass
+// over later rows of w: the same sequence of multiply-adds as one pass).
+template <int M, int NV, typename W = float>
 static inline void Tile(const float* __restrict x, int64_t x_stride, int64_t count,
                         const W* __restrict w, int64_t w_stride, float* __restrict y,
                         int64_t y_stride, int64_t cols, bool resume) {
-  const float* xr[M];
-  float* yr[M];
-  for (int m = 0; m < M; ++m) {
-    xr[m] = m < R ? x + m * x_stride : kZeroRow;
-    yr[m] = m < R ? y + m * y_stride : pad_out[m - R];
-  }
   v16 acc[M][NV];
   for (int m = 0; m < M; ++m) {
     float row[16 * NV] = {};
     if (resume)
-      for (int64_t n = 0; n < cols; ++n) row[n] = yr[m][n];
+      for (int64_t n = 0; n < cols; ++n) row[n] = y[m * y_stride + n];
     __builtin_memcpy(acc[m], row, 64 * NV);
   }
   const W* wr = w;
@@ -99,17 +92,17 @@ static inline void Tile(const float* __restrict x, int64_t x_stride, int64_t cou
     v16 wv[NV];
     LoadRow<NV>(wr, wv);
     for (int m = 0; m < M; ++m) {
-      float s = xr[m][i];  // s * vector: a broadcast folded into the multiply-add
+      float s = x[m * x_stride + i];  // s * vector: a broadcast folded into the multiply-add
       for (int v = 0; v < NV; ++v) acc[m][v] += s * wv[v];
     }
   }
   for (int m = 0; m < M; ++m) {
     if (cols == 16 * NV) {
-      __builtin_memcpy(yr[m], acc[m], 64 * NV);
+      __builtin_memcpy(y + m * y_stride, acc[m], 64 * NV);
     } else {
       float row[16 * NV];
       __builtin_memcpy(row, acc[m], 64 * NV);
-      for (int64_t n = 0; n < cols; ++n) yr[m][n] = row[n];
+      for (int64_t n = 0; n < cols; ++n) y[m * y_stride + n] = row[n];
     }
   }
 }
@@ -134,7 +127,6 @@ static void Columns(const float* x, const float* w, float* y, int64_t in, int64_
 constexpr int64_t kPanel = 64;
 // Weight rows per pass over a panel: 128 KB, held in L2 for the passes of the other rows.
 constexpr int64_t kPanelBlock = 512;
-static_assert(kPadRowLength >= kPanelBlock, "a padding row of x covers a block");
 
 // Rows of x a product from panels takes (kernels.PANEL_MAX_ROWS): a step's few, or an
 // encoder's tokens; beyond, XLA's product.
@@ -144,16 +136,6 @@ constexpr int64_t kMaxPanelRows = 256;
 // fill 28 of the 32 vector registers of AVX-512.
 constexpr int kGroup = 6;
 
-// Whether a pass over float32 panels takes 3 or 4 rows as 5, two or one of them padding.
-// GCC 12 compiles Tile<3, 4, float> and Tile<4, 4, float> with each multiply-add reading its
-// weights from memory (M loads of each weight vector), and Tile<5, 4> with the weights in
-// registers: single-threaded, 3 and 4 rows took 1.3-1.8x as long as 5 at the T5 step's
-// shapes, and as 5 with padding, bitwise the same results (EPYC; no other formulation
-// tried, an asm barrier or asm loads included, kept the weights in registers without
-// slowing every row count). bfloat16 panels widen each weight in registers: no padding.
-template <typename W>
-constexpr bool kPadRows = sizeof(W) == sizeof(float);
-
 // One pass over a block of a panel for g = 1..kGroup rows of x.
 template <typename W>
 static void PanelPass(int g, const float* x, int64_t in, int64_t count, const W* w, float* y,
@@ -161,11 +143,8 @@ static void PanelPass(int g, const float* x, int64_t in, int64_t count, const W*
   switch (g) {
     case 1: return Tile<1, 4>(x, in, count, w, kPanel, y, out, cols, resume);
     case 2: return Tile<2, 4>(x, in, count, w, kPanel, y, out, cols, resume);
-    // float32 weights: 3 or 4 rows as 5 with padding (see kPadRows).
-    case 3: return kPadRows<W> ? Tile<5, 4, W, 3>(x, in, count, w, kPanel, y, out, cols, resume)
-                               : Tile<3, 4>(x, in, count, w, kPanel, y, out, cols, resume);
-    case 4: return kPadRows<W> ? Tile<5, 4, W, 4>(x, in, count, w, kPanel, y, out, cols, resume)
-                               : Tile<4, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    case 3: return Tile<3, 4>(x, in, count, w, kPanel, y, out, cols, resume);
+    case 4: return Tile<4, 4>(x, in, count, w, kPanel, y, out, cols, resume);
     case 5: return Tile<5, 4>(x, in, count, w, kPanel, y, out, cols, resume);
     default: return Tile<6, 4>(x, in, count, w, kPanel, y, out, cols, resume);
   }
