@@ -51,7 +51,7 @@ static inline v16 Load(const float* p) {
 // its high half; kernels.pack), so one load and one operation widen 16 weights.
 // The + 0.f (an addition GCC must keep: -0.f + 0.f is +0.f) holds each weight vector in a
 // register: without it GCC 12 folded the loads into the multiply-adds for 2..4 rows (M loads
-// of each weight vector), and 3 and 4 rows took 1.3-2.2x as long as with it, single-threaded
+// of each weight vector), and 3 and 4 rows took 1.5-2.2x as long as with it, single-threaded
 // at a T5 step's shapes (EPYC; an asm barrier or asm loads instead slowed every row count).
 // It changes a weight only from -0 to +0, in every row count alike.
 template <int NV>

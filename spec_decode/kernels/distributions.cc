@@ -1,6 +1,6 @@
 // Sampling's row kernels for XLA:CPU through the XLA FFI (spec_decode.kernels.distributions):
-// the truncation thresholds of top-k and top-p, softmax, and argmax. The rows of x [..., V] are done
-// in turn on the calling thread, and a row's result depends on that row alone.
+// the truncation thresholds of top-k and top-p, softmax, and argmax. The rows of x [..., V] are
+// done in turn on the calling thread, and a row's result depends on that row alone.
 //
 // Built by spec_decode/kernels/build.py; its handlers are the FFI targets
 // spec_decode_top_k_threshold, spec_decode_top_p_threshold, spec_decode_softmax and

@@ -7,8 +7,9 @@ more per row than one pass of vector code (distributions.cc,
 `scripts/studies/truncation_cost.py`, `scripts/studies/sampling_kernels.py`);
 `spec_decode.sampling` takes these kernels where `thresholds_apply`,
 `softmax_applies` and `argmax_applies` say so (float32, the kernels in use:
-`kernels.in_use`), XLA's operations elsewhere. Each call does its rows in turn on one thread; under
-vmap the mapped axis is one more leading axis of the same call.
+`kernels.in_use`), XLA's operations elsewhere. Each call does its rows in turn
+on one thread; under vmap the mapped axis is one more leading axis of the same
+call.
 
 `top_k_threshold` and `top_p_threshold` give the thresholds in one call: an
 exact bisection over each row's float bits that drops the entries that can no
