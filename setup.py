@@ -48,8 +48,8 @@ setuptools.setup(
     package_dir={'spec_decode.gin': 'gin', 'spec_decode.configs': 'configs'},
     include_package_data=True,
     # The T5X checkpoints' zarr metadata are dotfiles (.zarray), which '*' leaves out.
-    package_data={'spec_decode': ['data/**/*', 'data/**/.*', 'kernels/*.cc'], 'spec_decode.gin': ['**/*.gin'],
-                  'spec_decode.configs': ['*.json', '*.md']},
+    package_data={'spec_decode': ['data/**/*', 'data/**/.*', 'kernels/*.cc', 'kernels/*.h'],
+                  'spec_decode.gin': ['**/*.gin'], 'spec_decode.configs': ['*.json', '*.md']},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={'console_scripts': ['spec-decode=spec_decode.cli.infer:main']},

@@ -1,5 +1,6 @@
 """What a wheel install gets: gin files, manifests and data found without the checkout."""
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import zipfile
 import pytest
 
 from spec_decode import data
+from spec_decode.kernels import build
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -69,3 +71,6 @@ def test_the_wheel_carries_gin_files_manifests_data_and_the_entry_point(tmp_path
   assert 'spec_decode/data/models/target/target.decoder.decoder_norm.scale/.zarray' in bundled
   assert not bundled - names, sorted(bundled - names)[:5]
   assert 'spec-decode = spec_decode.' in entry_points
+  kernel_files = {f'spec_decode/kernels/{os.path.basename(p)}'
+                  for p in build.SOURCES + build.HEADERS}  # what an install compiles
+  assert kernel_files <= names, sorted(kernel_files - names)

@@ -14,26 +14,14 @@
 // Built by spec_decode/kernels/build.py with dense.cc; its handler SpecDecodeAttention
 // is registered as the FFI target spec_decode_attention.
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <thread>
 #include <vector>
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
-
-static inline v16 Load(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, 64);
-  return v;
-}
-
-static inline void Store(float* p, v16 v) { std::memcpy(p, &v, 64); }
 
 // Lane-wise sums of pairs: lanes 0..7 from a, 8..15 from b, each the sum of two lanes
 // of its source, so that repeated halving turns 16 vectors into their 16 lane sums.
@@ -109,8 +97,8 @@ static void Scores(const Shapes& s, const float* ql, int64_t q_stride, const flo
       v16 acc[G] = {};
       if (t < T)
         for (int64_t d = 0; d < D; d += 16) {
-          const v16 kv = Load(kh + t * D + d);
-          for (int l = 0; l < G; ++l) acc[l] += Load(ql + l * q_stride + d) * kv;
+          const v16 kv = Load<v16>(kh + t * D + d);
+          for (int l = 0; l < G; ++l) acc[l] += Load<v16>(ql + l * q_stride + d) * kv;
         }
       for (int l = 0; l < G; ++l) partial[l][j] = acc[l];
     }
@@ -134,7 +122,7 @@ static void Weighted(const Shapes& s, const float* w, int64_t padded, const floa
     v16 acc[G][4] = {};
     for (int64_t t = 0; t < T; ++t) {
       v16 vv[4];
-      for (int c = 0; c < chunks; ++c) vv[c] = Load(vh + t * D + d + 16 * c);
+      for (int c = 0; c < chunks; ++c) vv[c] = Load<v16>(vh + t * D + d + 16 * c);
       for (int l = 0; l < G; ++l) {
         const v16 wt = v16{} + w[l * padded + t];
         for (int c = 0; c < chunks; ++c) acc[l][c] += wt * vv[c];
@@ -151,20 +139,20 @@ static void Softmax(float* scores, int64_t T, int64_t padded) {
   for (int64_t t = T; t < padded; ++t) scores[t] = -INFINITY;
   v16 top = v16{} - INFINITY;
   for (int64_t i = 0; i < padded; i += 16) {
-    v16 x = Load(scores + i);
+    v16 x = Load<v16>(scores + i);
     top = x > top ? x : top;
   }
   float m = -INFINITY;
   for (int j = 0; j < 16; ++j) m = top[j] > m ? top[j] : m;
   v16 total = v16{};
   for (int64_t i = 0; i < padded; i += 16) {
-    v16 e = Exp(Load(scores + i) - m);
+    v16 e = Exp(Load<v16>(scores + i) - m);
     Store(scores + i, e);
     total += e;
   }
   float sum = 0.f;
   for (int j = 0; j < 16; ++j) sum += total[j];
-  for (int64_t i = 0; i < padded; i += 16) Store(scores + i, Load(scores + i) / sum);
+  for (int64_t i = 0; i < padded; i += 16) Store(scores + i, Load<v16>(scores + i) / sum);
 }
 
 // One (batch row, head): all L query positions over all T keys, in groups of up to kGroup
@@ -199,19 +187,6 @@ static void Head(const Shapes& s, int64_t b, int64_t h, const float* q, const fl
     }
   }
 }
-
-static inline void Pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-struct Shared {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-};
 
 // q [B, L, H, Dh], k and v [B, H, T, Dh], bias [Bb, Hb, Lb, T] with each of Bb, Hb, Lb
 // 1 or B, H, L -> out [B, L, H, Dh]; float32, Dh a multiple of 16. Calls of more than
@@ -248,20 +223,12 @@ static ffi::Error AttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q,
     run(0, pairs);
     return ffi::Error::Success();
   }
-  // Two halves of the (row, head) pairs; the caller takes any the pool thread has not.
-  const int64_t chunks = 2, chunk = (pairs + 1) / 2;
-  auto shared = std::make_shared<Shared>();
-  auto work = [=]() {
-    int64_t c;
-    while ((c = shared->next.fetch_add(1)) < chunks) {
-      int64_t first = c * chunk, last = first + chunk < pairs ? first + chunk : pairs;
-      run(first, last);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  pool.Schedule([=]() { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < chunks) Pause();
+  // Two halves of the (row, head) pairs.
+  const int64_t chunk = (pairs + 1) / 2;
+  ShareChunks(pool, 2, [=](int64_t c) {
+    const int64_t first = c * chunk;
+    run(first, first + chunk < pairs ? first + chunk : pairs);
+  });
   return ffi::Error::Success();
 }
 

@@ -1,7 +1,7 @@
 """Compiles the CPU kernels once per machine and registers them with XLA.
 
-`load()` compiles `dense.cc`, `attention.cc` and `distributions.cc` into one
-library with the system's C++ compiler (`$CXX`, else g++ or c++)
+`load()` compiles `dense.cc`, `attention.cc` and `distributions.cc` (with their
+`common.h`) into one library with the system's C++ compiler (`$CXX`, else g++ or c++)
 against the XLA FFI headers that ship with jaxlib (`jax.ffi.include_dir()`),
 for the CPU that builds it (-march=native), into a cache folder, and registers
 its handlers as XLA:CPU FFI targets. The library's name holds a hash of the
@@ -32,6 +32,7 @@ import jaxlib
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = tuple(os.path.join(_HERE, name)
                 for name in ('dense.cc', 'attention.cc', 'distributions.cc'))
+HEADERS = (os.path.join(_HERE, 'common.h'),)  # included by the sources: part of the hash
 # FFI target name -> the library's handler symbol.
 TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': 'SpecDecodeDensePanels',
            'spec_decode_dense_panels_bf16': 'SpecDecodeDensePanelsBf16',
@@ -77,7 +78,7 @@ def _cpu() -> str:
 def library_path(cxx: str) -> str:
   """The cache path of the library this machine, compiler and jaxlib build."""
   sources = []
-  for source in SOURCES:
+  for source in SOURCES + HEADERS:
     with open(source, 'rb') as f:
       sources.append(f.read())
   key = hashlib.sha256(b'\0'.join([*sources, cxx.encode(), ' '.join(FLAGS).encode(),

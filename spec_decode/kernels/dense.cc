@@ -27,10 +27,8 @@
 // it runs on (-march=native); its handlers are registered as the FFI targets
 // spec_decode_dense, spec_decode_dense_panels and spec_decode_dense_panels_bf16.
 
-#include <atomic>
 #include <cstdint>
-#include <memory>
-#include <thread>
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -38,18 +36,10 @@ namespace ffi = xla::ffi;
 // (each row its own stream).
 constexpr int64_t kPrefetchRows = 16;
 // Bytes fetched ahead in a panel's single stream: 16 rows (4 KB of float32 panels) left the
-// step's products waiting on memory; 12-16 KB ahead made the demo target's float32 step 4%
-// faster at one position and 13-15% at five, with bfloat16 panels 8-16% (one-process A/B,
-// EPYC); 32 KB was no better.
+// step's products waiting on memory; 16 KB ahead made the demo target's float32 step 5% faster
+// at one position and 8% at five, with bfloat16 panels 7-12% (one-process A/B, EPYC); of
+// 1.5-32 KB, 12-16 KB did best.
 constexpr int64_t kPanelPrefetchBytes = 16384;
-typedef float v16 __attribute__((vector_size(64)));
-typedef uint32_t u16 __attribute__((vector_size(64)));
-
-static inline v16 Load(const float* p) {
-  v16 v;
-  __builtin_memcpy(&v, p, 64);
-  return v;
-}
 
 // The NV vectors of one weight row (NV * 16 weights at p) as float32: float32 as stored,
 // bfloat16 widened exactly (its bits are the high half of the float32's). A bfloat16
@@ -62,7 +52,7 @@ static inline v16 Load(const float* p) {
 // It changes a weight only from -0 to +0, in every row count alike.
 template <int NV>
 static inline void LoadRow(const float* p, v16* wv) {
-  for (int v = 0; v < NV; ++v) wv[v] = Load(p + 16 * v) + 0.f;
+  for (int v = 0; v < NV; ++v) wv[v] = Load<v16>(p + 16 * v) + 0.f;
 }
 template <int NV>
 static inline void LoadRow(const uint16_t* p, v16* wv) {
@@ -181,24 +171,9 @@ static const ColumnsFn kColumns[16] = {
     Columns<9>, Columns<10>, Columns<11>, Columns<12>, Columns<13>, Columns<14>, Columns<15>,
     Columns<16>};
 
-static inline void Pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-// Work shared by the caller and one pool thread: chunks of columns taken in turn.
-struct Shared {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-};
-
 // columns(n_begin, n_end) over 0..out, split between the caller and one thread of XLA's
-// intra-op pool by chunks of whole `granule`-column tiles when the product has at least
-// kParallelElements weights; the caller takes every chunk the pool thread has not
-// started, so it never waits on a thread that did not run.
+// intra-op pool (ShareChunks) by chunks of whole `granule`-column tiles when the product has at
+// least kParallelElements weights.
 template <typename F>
 static void Run(ffi::ThreadPool& pool, F columns, int64_t in, int64_t out, int64_t granule) {
   constexpr int64_t kParallelElements = 1 << 14;
@@ -212,18 +187,10 @@ static void Run(ffi::ThreadPool& pool, F columns, int64_t in, int64_t out, int64
     columns(0, out);
     return;
   }
-  auto shared = std::make_shared<Shared>();
-  auto work = [=]() {
-    int64_t c;
-    while ((c = shared->next.fetch_add(1)) < chunks) {
-      int64_t n0 = c * chunk, n1 = n0 + chunk < out ? n0 + chunk : out;
-      columns(n0, n1);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  pool.Schedule([=]() { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < chunks) Pause();
+  ShareChunks(pool, chunks, [=](int64_t c) {
+    const int64_t n0 = c * chunk, n1 = n0 + chunk < out ? n0 + chunk : out;
+    columns(n0, n1);
+  });
 }
 
 // x [..., in] with 1..16 rows in all, w [in, out] -> y [..., out], float32.

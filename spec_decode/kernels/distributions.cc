@@ -13,28 +13,10 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
-
-// Vectors of 8 lanes, AVX2's width (AVX-512 machines ran them as fast). With 16-lane types
-// GCC 12 spills to the stack on AVX2 (10x slower), and it vectorized a plain lane loop of
-// masked float sums wrongly at -O3 -march=x86-64-v3 (tests/kernel_isa_test.py).
-typedef int32_t i8 __attribute__((vector_size(32)));
-typedef float f8 __attribute__((vector_size(32)));
-typedef double d4 __attribute__((vector_size(32)));
-
-static inline i8 Load(const int32_t* p) {
-  i8 v;
-  std::memcpy(&v, p, 32);
-  return v;
-}
-
-static inline f8 Load(const float* p) {
-  f8 v;
-  std::memcpy(&v, p, 32);
-  return v;
-}
 
 // Truncation thresholds.
 //
@@ -82,7 +64,7 @@ static double WeightAbove(const int32_t* keys, const float* weights, int64_t cou
   if (kMass) {
     d4 low = {}, high = {};
     for (; i + 8 <= count; i += 8) {
-      const f8 w = Load(keys + i) > t ? Load(weights + i) : f8{};
+      const f8 w = Load<i8>(keys + i) > t ? Load<f8>(weights + i) : f8{};
       low += __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3), d4);
       high += __builtin_convertvector(__builtin_shufflevector(w, w, 4, 5, 6, 7), d4);
     }
@@ -91,8 +73,8 @@ static double WeightAbove(const int32_t* keys, const float* weights, int64_t cou
   } else {
     i8 first = {}, second = {};  // minus the counts (a true comparison is -1)
     for (; i + 16 <= count; i += 16) {
-      first += Load(keys + i) > t;
-      second += Load(keys + i + 8) > t;
+      first += Load<i8>(keys + i) > t;
+      second += Load<i8>(keys + i + 8) > t;
     }
     for (int j = 0; j < 8; ++j) sum -= first[j];
     for (int j = 0; j < 8; ++j) sum -= second[j];
@@ -110,8 +92,8 @@ static double MassAboveFast(const int32_t* keys, const float* weights, int64_t c
   f8 first = {}, second = {};
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) {
-    first += Load(keys + i) > t ? Load(weights + i) : f8{};
-    second += Load(keys + i + 8) > t ? Load(weights + i + 8) : f8{};
+    first += Load<i8>(keys + i) > t ? Load<f8>(weights + i) : f8{};
+    second += Load<i8>(keys + i + 8) > t ? Load<f8>(weights + i + 8) : f8{};
   }
   double sum = 0.0;
   for (int j = 0; j < 8; ++j) sum += first[j];
@@ -146,7 +128,7 @@ static int64_t Compact(int32_t* keys, float* weights, int64_t count, int64_t lo,
   }
 #else
   for (; i + 8 <= count; i += 8) {
-    const i8 k = Load(keys + i);
+    const i8 k = Load<i8>(keys + i);
     const i8 inside = (k >= first) & (k <= hi);
     uint64_t lanes[4];
     std::memcpy(lanes, &inside, 32);
@@ -288,7 +270,7 @@ static void SoftmaxRow(const float* x, float* y, int64_t V) {
   i8 nan = {};
   int64_t i = 0;
   for (; i + 8 <= V; i += 8) {
-    const f8 v = Load(x + i);
+    const f8 v = Load<f8>(x + i);
     top = v > top ? v : top;
     nan |= v != v;
   }
@@ -306,8 +288,8 @@ static void SoftmaxRow(const float* x, float* y, int64_t V) {
   }
   d4 low = {}, high = {};
   for (i = 0; i + 8 <= V; i += 8) {
-    const f8 e = ExpNonPositive(Load(x + i) - m);
-    std::memcpy(y + i, &e, 32);
+    const f8 e = ExpNonPositive(Load<f8>(x + i) - m);
+    Store(y + i, e);
     low += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), d4);
     high += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), d4);
   }
@@ -317,8 +299,8 @@ static void SoftmaxRow(const float* x, float* y, int64_t V) {
   for (; i < V; ++i) sum += y[i] = ScalarExpNonPositive(x[i] - m);
   const float inverse = static_cast<float>(1.0 / sum);  // within 1 ulp of dividing by it
   for (i = 0; i + 8 <= V; i += 8) {
-    const f8 q = Load(y + i) * inverse;
-    std::memcpy(y + i, &q, 32);
+    const f8 q = Load<f8>(y + i) * inverse;
+    Store(y + i, q);
   }
   for (; i < V; ++i) y[i] *= inverse;
 }
@@ -360,7 +342,7 @@ static int32_t ArgmaxRow(const float* x, int64_t V) {
   if (V >= 16) {
     // Two sets of 8 lanes, blocks of 16 entries: lane j of `low` sees entries 16 b + j,
     // lane j of `high` entries 16 b + 8 + j.
-    f8 low = Load(x), high = Load(x + 8);
+    f8 low = Load<f8>(x), high = Load<f8>(x + 8);
     i8 low_at = {0, 1, 2, 3, 4, 5, 6, 7}, high_at = low_at + 8;
     const i8 step = i8{} + 16;
     i8 at_low = low_at, at_high = high_at;
@@ -368,7 +350,7 @@ static int32_t ArgmaxRow(const float* x, int64_t V) {
     for (i = 16; i + 16 <= V; i += 16) {
       at_low += step;
       at_high += step;
-      const f8 a = Load(x + i), b = Load(x + i + 8);
+      const f8 a = Load<f8>(x + i), b = Load<f8>(x + i + 8);
       const i8 up_a = a > low, up_b = b > high;  // strictly larger: a lane keeps its first
       low = up_a ? a : low;
       low_at = up_a ? at_low : low_at;
