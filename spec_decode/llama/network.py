@@ -154,8 +154,8 @@ class LlamaNetwork(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.embed_tokens = nn.Embed(cfg.vocab_size, cfg.hidden_size, embedding_init=_init,
-                                 dtype=cfg.compute_dtype, param_dtype=cfg.compute_dtype)
+    self.embed_tokens = layers.Embed(cfg.vocab_size, cfg.hidden_size, embedding_init=_init,
+                                     dtype=cfg.compute_dtype, param_dtype=cfg.compute_dtype)
     self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)]
     self.norm = _norm(cfg)
     if not cfg.tie_word_embeddings:
