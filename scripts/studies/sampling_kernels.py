@@ -2,9 +2,11 @@ r"""Prints the decoding loops' cost lines with sampling's CPU kernels on and off
 
   python scripts/studies/sampling_kernels.py                  # softmax kernel against XLA's
   python scripts/studies/sampling_kernels.py --kernel thresholds --knobs top_p
+  python scripts/studies/sampling_kernels.py --kernel argmax --knobs T0
 
-Sampling turns each step's logits into a distribution (`kernels.distributions.softmax`)
-and with top-k/top-p cuts it at a threshold (`top_k_threshold`, `top_p_threshold`).
+Sampling turns each step's logits into a distribution (`kernels.distributions.softmax`),
+with top-k/top-p cuts it at a threshold (`top_k_threshold`, `top_p_threshold`), and
+at temperature 0 takes its argmax (`argmax`).
 This study times the bundled pair's baseline and speculative loops (batch 1,
 draft_small with its 4,096-id head as in the demo, q untruncated) with the
 chosen kernel and with XLA's operations in its place, everything else alike:
@@ -28,9 +30,11 @@ from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
 from spec_decode.kernels import distributions
 
-KNOBS = {'T1': dict(temperature=1.0), 'top_k': dict(temperature=1.0, top_k=40),
+KNOBS = {'T0': dict(temperature=0.0), 'T1': dict(temperature=1.0),
+         'top_k': dict(temperature=1.0, top_k=40),
          'top_p': dict(temperature=1.0, top_p=0.9)}
-SWITCHES = {'softmax': 'softmax_applies', 'thresholds': 'thresholds_apply'}
+SWITCHES = {'softmax': 'softmax_applies', 'thresholds': 'thresholds_apply',
+            'argmax': 'argmax_applies'}
 EOS = {'kernel': -1, 'xla': -2}  # never emitted; a static argument, so one compile each
 
 
@@ -62,7 +66,7 @@ def main() -> None:
   decoders = {}
   for knob in args.knobs:
     sampling = sampling_lib.SamplingParams.create(**KNOBS[knob])
-    draft_sampling = sampling.untruncated() if knob != 'T1' else None
+    draft_sampling = sampling.untruncated() if knob in ('top_k', 'top_p') else None
     for which, eos in EOS.items():
       def baseline(x, key, length, sampling=sampling, eos=eos, xla=which == 'xla'):
         state['xla'] = xla

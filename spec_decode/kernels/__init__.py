@@ -35,8 +35,8 @@ call.
   SPEC_DECODE_CPU_KERNELS=0   XLA's products and attention everywhere (read when a function
                               is traced: set it before the process starts)
 
-`kernels.distributions` holds sampling's row kernels: softmax, and top-k's and
-top-p's truncation thresholds (distributions.cc), which
+`kernels.distributions` holds sampling's row kernels: softmax, argmax, and
+top-k's and top-p's truncation thresholds (distributions.cc), which
 `spec_decode.sampling` takes under the same switch.
 
 Where no compiler or no library is available the first product to want the
