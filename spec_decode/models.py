@@ -64,11 +64,13 @@ class T5Model:
     tokens take the kernel too, bitwise the CPU kernel's products (for 17 to
     256 rows an unpacked model takes XLA's, equal to rounding), for a second copy
     of the kernels in memory (half its size in bfloat16, where bfloat16 holds
-    the weights). Packed once per model and cached.
+    the weights: a bfloat16 checkpoint's, or bfloat16 parameters). Only for a
+    float32 compute dtype, the kernels' own. Packed once per model and cached.
     """
     if '_with_panels' not in self.__dict__:
       packed = self
-      if self.panels is None and kernels.packing_pays(self.params):
+      if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
+          and kernels.packing_pays(self.params)):
         packed = self.replace(panels=kernels.pack_tree(self.params, _kernel, _fused))
       object.__setattr__(self, '_with_panels', packed)
     return self.__dict__['_with_panels']

@@ -1,5 +1,7 @@
 """Packed weights for the CPU dense kernel (kernels.pack, kernels.dense_panels, T5Model.with_panels)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,3 +164,23 @@ def test_panels_are_dropped_with_new_params_and_kept_off_where_they_would_not_be
   assert as_numpy.with_panels().panels is None  # a numpy array could change after packing
   monkeypatch.setenv(kernels.SWITCH, '0')
   assert models.T5Model(model.config, model.params).with_panels().panels is None
+
+
+def test_bfloat16_parameters_read_bfloat16_panels_and_equal_their_float32_copy_bitwise():
+  config = t5_1_1('nano', vocab_size=256)
+  rounded = jax.tree_util.tree_map(lambda w: w.astype(jnp.bfloat16).astype(jnp.float32),
+                                   models.T5Model.random(config, jax.random.key(0)).params)
+  as_float32 = models.T5Model(config, rounded).with_panels()
+  bf16_config = dataclasses.replace(config, param_dtype='bfloat16')  # float32 compute
+  model = models.T5Model(bf16_config, jax.tree_util.tree_map(
+      lambda w: w.astype(jnp.bfloat16), rounded)).with_panels()
+  assert model.panels is not None, 'bfloat16 parameters computing in float32 were not packed'
+  assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(model.panels)} == {jnp.dtype('bfloat16')}
+  # 2 x 20 tokens: beyond the sliced lookup of a step's few, the encoder's gathered embedding.
+  inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 20)), jnp.int32)
+  assert 'spec_decode_dense_panels_bf16' in jax.jit(_step_logits).lower(model, inputs).as_text()
+  np.testing.assert_array_equal(jax.jit(_step_logits)(model, inputs),
+                                jax.jit(_step_logits)(as_float32, inputs))
+  # Computing in bfloat16 the kernels do not apply: nothing packed.
+  compute_bf16 = dataclasses.replace(config, dtype='bfloat16', param_dtype='bfloat16')
+  assert models.T5Model(compute_bf16, model.params).with_panels().panels is None

@@ -1,6 +1,7 @@
 """Tests for spec_decode.t5: configs, the T5X parameter tree, cached decoding."""
 
 import dataclasses
+import re
 
 import flax.linen as nn
 import jax
@@ -129,19 +130,27 @@ def test_init_folds_attention_scaling_into_query():
   assert float(jnp.std(params['token_embedder']['embedding'])) == pytest.approx(1.0, rel=0.1)
 
 
+@pytest.mark.parametrize('param_dtype,dtype', [(jnp.float32, jnp.bfloat16),
+                                               (jnp.bfloat16, jnp.float32)])
 @pytest.mark.parametrize('shape', [(1, 1), (1, 5), (2, 8), (3, 7)])
-def test_embed_looks_up_as_flax_embed_in_range_or_not(shape):
+def test_embed_looks_up_as_flax_embed_in_range_or_not(shape, param_dtype, dtype):
   rng = np.random.default_rng(sum(shape))
   ids = jnp.asarray(rng.integers(-12, 12, size=shape), jnp.int32)  # V = 10: some out of range
-  ours, flax_embed = layers.Embed(10, 4, dtype=jnp.bfloat16), nn.Embed(10, 4, dtype=jnp.bfloat16)
+  ours = layers.Embed(10, 4, dtype=dtype, param_dtype=param_dtype)
+  flax_embed = nn.Embed(10, 4, dtype=dtype, param_dtype=param_dtype)
   variables = flax_embed.init(jax.random.key(0), ids)
   want = flax_embed.apply(variables, ids)
   got = jax.jit(ours.apply)(variables, ids)
   assert got.dtype == want.dtype and got.shape == want.shape
   np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
-  sliced = np.prod(shape) <= layers.SLICE_MAX_TOKENS
-  gathered = 'gather' in str(jax.make_jaxpr(lambda i: ours.apply(variables, i))(ids))
-  assert gathered != sliced
+  jaxpr = str(jax.make_jaxpr(lambda i: ours.apply(variables, i))(ids))
+  if param_dtype == jnp.bfloat16:  # read in float32: the kernel, whatever the count
+    assert 'spec_decode_embed_bf16' in jaxpr and 'gather' not in jaxpr
+  else:
+    sliced = np.prod(shape) <= layers.SLICE_MAX_TOKENS
+    assert ('gather' in jaxpr) != sliced
+  # The rows looked up are cast, not the table (10 x 4).
+  assert not re.search(r'\[10,4\] = convert_element_type', jaxpr)
 
 
 def test_cache_layout(model):

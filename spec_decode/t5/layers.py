@@ -42,16 +42,27 @@ class Embed(nn.Embed):
   XLA:CPU splits a gather of a few rows across its threads: in the demo
   target's float32 step loop, slices took a five-token step from 0.749 to
   0.659 ms (EPYC, interleaved). Up to SLICE_MAX_TOKENS tokens each row is a
-  dynamic slice of the table, cast to `dtype` after slicing: the same values as
-  nn.Embed's, an id outside -V..V-1 giving a row of NaNs and a negative one
-  counting from the end, as jnp.take's default does.
+  dynamic slice of the table, beyond them jnp.take's gather; either way the
+  rows are cast to `dtype` after the lookup, where nn.Embed casts the whole
+  table. A bfloat16 table read in float32 takes `kernels.embed_bf16` instead
+  (XLA:CPU widened the whole table before a lookup, on every call, even a
+  lookup of slices). All give nn.Embed's values, an id outside -V..V-1 giving
+  a row of NaNs and a negative one counting from the end, as jnp.take's
+  default does.
   """
 
   def __call__(self, inputs: jax.Array) -> jax.Array:
     """[...] integer ids -> [..., E] in `dtype`."""
-    if (inputs.size > SLICE_MAX_TOKENS or self.num_embeddings == 1
-        or not jnp.issubdtype(inputs.dtype, jnp.integer)):
+    if self.num_embeddings == 1 or not jnp.issubdtype(inputs.dtype, jnp.integer):
       return super().__call__(inputs)
+    if (self.dtype is not None and jnp.dtype(self.dtype) == jnp.float32
+        and kernels.embed_applies(self.embedding, inputs)):
+      return kernels.embed_bf16(self.embedding, jnp.where(inputs < 0, inputs + self.num_embeddings,
+                                                          inputs))
+    if inputs.size > SLICE_MAX_TOKENS:
+      (rows,) = self.promote_dtype(jnp.take(self.embedding, inputs, axis=0), dtype=self.dtype,
+                                   inexact=False)
+      return rows
     ids = inputs.reshape(-1)
     ids = jnp.where(ids < 0, ids + self.num_embeddings, ids)
     rows = jnp.stack([jax.lax.dynamic_index_in_dim(self.embedding, ids[i], 0, keepdims=False)
