@@ -2,6 +2,7 @@
 
   python scripts/shape_walltime.py --target base --draft small --dtype float32
   python scripts/shape_walltime.py --target xxl --draft small --dtype bfloat16 --batch_size 8
+  python scripts/shape_walltime.py --target base --draft small --dtype float32 --draft_dtype bf16_weights
 
 Builds both models with random weights on the devices JAX sees, times the
 baseline and the speculative loop for each gamma, c, c_first and r(K), and
@@ -25,6 +26,9 @@ def main(argv=None) -> int:
                            'JSON file of T5Config fields')
   parser.add_argument('--draft', default=defaults.draft, help='as --target')
   parser.add_argument('--dtype', default=defaults.dtype, choices=sorted(shapes.DTYPES))
+  parser.add_argument('--draft_dtype', choices=sorted(shapes.DTYPES),
+                      help="the draft's (default: --dtype); e.g. bf16_weights with a float32 "
+                           'target on a CPU: bfloat16 panels, half the bytes per draft step')
   parser.add_argument('--batch_size', type=int, default=defaults.batch_size)
   parser.add_argument('--input_len', type=int, default=defaults.input_len)
   parser.add_argument('--max_decode_len', type=int, default=defaults.max_decode_len)
@@ -40,7 +44,8 @@ def main(argv=None) -> int:
   parser.add_argument('--out_dir', required=True)
   args = parser.parse_args(argv)
   settings = shapes.ShapeSettings(
-      target=args.target, draft=args.draft, dtype=args.dtype, batch_size=args.batch_size,
+      target=args.target, draft=args.draft, dtype=args.dtype, draft_dtype=args.draft_dtype,
+      batch_size=args.batch_size,
       input_len=args.input_len, max_decode_len=args.max_decode_len, gammas=tuple(args.gammas),
       block_gammas=tuple(args.block_gammas),
       alphas=tuple(args.alphas), repeats=args.repeats, num_steps=args.num_steps,

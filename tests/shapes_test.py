@@ -67,12 +67,23 @@ def test_a_batch_s_iterations_cost_what_was_timed_whatever_was_accepted():
 
 
 @pytest.mark.parametrize('change, message', [
-    (dict(dtype='fp16'), 'dtype'), (dict(gammas=()), 'gammas'), (dict(gammas=(0, 2)), 'gammas'),
+    (dict(dtype='fp16'), 'dtype'), (dict(draft_dtype='fp16'), 'draft_dtype'),
+    (dict(gammas=()), 'gammas'), (dict(gammas=(0, 2)), 'gammas'),
     (dict(batch_size=0), 'batch_size'), (dict(alphas=(1.5,)), 'alpha'),
     (dict(gammas=(1, 2), block_gammas=(3,)), 'block_gammas')])
 def test_bad_settings_are_named(change, message):
   with pytest.raises(ValueError, match=message):
     shapes.ShapeSettings(**change)
+
+
+def test_the_draft_takes_its_own_dtype_where_given():
+  settings = shapes.ShapeSettings(target='base', draft='small', dtype='float32',
+                                  draft_dtype='bf16_weights')
+  target, draft = shapes.model_config('base', settings), shapes.model_config(
+      'small', settings, settings.draft_dtype)
+  assert (target.dtype, target.param_dtype) == ('float32', 'float32')
+  assert (draft.dtype, draft.param_dtype) == ('float32', 'bfloat16')
+  assert shapes.model_config('small', shapes.ShapeSettings(dtype='float32')).param_dtype == 'float32'
 
 
 def test_report_rebuilds_from_its_json(tmp_path):

@@ -61,6 +61,9 @@ class ShapeSettings:
     draft: M_q, the same kinds.
     dtype: one of DTYPES: 'float32', 'bfloat16', or 'bf16_weights' (bfloat16
       parameters, float32 compute).
+    draft_dtype: the draft's, one of DTYPES; None: `dtype`. Any q keeps the
+      output exact: e.g. a float32 target with a 'bf16_weights' draft, whose
+      steps read half the bytes on a CPU (bfloat16 panels, spec_decode.kernels).
     batch_size: rows decoded together.
     input_len: S, encoder input tokens per row.
     max_decode_len: tokens every decode produces.
@@ -80,6 +83,7 @@ class ShapeSettings:
   target: str = 'xxl'
   draft: str = 'small'
   dtype: str = 'bfloat16'
+  draft_dtype: str | None = None
   batch_size: int = 1
   input_len: int = 64
   max_decode_len: int = 32
@@ -93,8 +97,10 @@ class ShapeSettings:
   seed: int = 0
 
   def __post_init__(self):
-    if self.dtype not in DTYPES:
-      raise ValueError(f'dtype {self.dtype!r}: expected one of {sorted(DTYPES)}')
+    for name in ('dtype', 'draft_dtype'):
+      value = getattr(self, name)
+      if value not in DTYPES and (name == 'dtype' or value is not None):
+        raise ValueError(f'{name} {value!r}: expected one of {sorted(DTYPES)}')
     for name in ('batch_size', 'input_len', 'max_decode_len', 'repeats', 'num_steps',
                  'model_parallel'):
       decoding.check_size(name, getattr(self, name))
@@ -105,9 +111,9 @@ class ShapeSettings:
     theory.expected_tokens(np.asarray(self.alphas), 1)  # alphas in [0, 1]
 
 
-def model_config(spec: str, settings: ShapeSettings) -> T5Config:
-  """The T5Config of `spec` in the settings' dtypes."""
-  compute, params = DTYPES[settings.dtype]
+def model_config(spec: str, settings: ShapeSettings, dtype: str | None = None) -> T5Config:
+  """The T5Config of `spec` in `dtype` (a key of DTYPES; None: the settings' dtype)."""
+  compute, params = DTYPES[dtype or settings.dtype]
   config = loading.parse_config(spec, settings.vocab_size)
   return dataclasses.replace(config, dtype=compute, param_dtype=params)
 
@@ -172,8 +178,8 @@ def measure_shapes(settings: ShapeSettings, progress: bool = True) -> dict:
   """
   rng = jax.random.key(settings.seed)
   mesh = (sharding.make_mesh(settings.model_parallel) if settings.model_parallel > 1 else None)
-  target_config, draft_config = (model_config(s, settings) for s in (settings.target,
-                                                                      settings.draft))
+  target_config = model_config(settings.target, settings)
+  draft_config = model_config(settings.draft, settings, settings.draft_dtype)
   built = time.perf_counter()
   target = random_model(target_config, jax.random.fold_in(rng, 1), mesh, sharding.STANDARD_RULES)
   draft = random_model(draft_config, jax.random.fold_in(rng, 2), mesh,

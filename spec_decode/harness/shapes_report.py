@@ -126,7 +126,9 @@ def write_report(out_dir: str | pathlib.Path, result: dict,
       f'# Loop costs at the shapes of {s["target"]} (target) and {s["draft"]} (draft)',
       (f'`{command}`\n\n' if command else '')
       + f'{result["device_kind"]} ({len(result["devices"])} device(s), {result["platform"]}), '
-      f'jax {result["jax_version"]}. {s["dtype"]} ({_dtype_words(s["dtype"])}), batch '
+      f'jax {result["jax_version"]}. {s["dtype"]} ({_dtype_words(s["dtype"])})'
+      + (f', the draft {draft_dtype} ({_dtype_words(draft_dtype)})'
+         if (draft_dtype := s.get('draft_dtype')) not in (None, s['dtype']) else '') + ', batch '
       f'{s["batch_size"]}, inputs of {s["input_len"]} random tokens, {s["max_decode_len"]} '
       f'tokens per decode (no EOS), model_parallel {s["model_parallel"]}, median of '
       f'{s["repeats"]} interleaved runs, compile excluded. Parameters: target '
