@@ -57,3 +57,16 @@ def test_check_names_the_settings_the_estimate_and_the_limit():
 def test_available_memory_of_this_host():
   found = memory.available_bytes()
   assert found is not None and found[0] > 0, found
+
+
+def test_panels_count_each_dense_kernel_at_two_bytes_where_the_kernels_pack_them():
+  kernel_weights = (2 * (4 * E * H * DH + 3 * E * MLP)  # encoder layers
+                    + 2 * (8 * E * H * DH + 3 * E * MLP) + E * V)  # decoder layers, logits
+  sizes = dict(rows=2, input_len=4, max_decode_len=6, gamma=1)
+  both = {'target': TINY, 'draft': TINY}
+  with_panels = memory.estimate(both, panels=True, **sizes)
+  assert with_panels.pop('panels') == 2 * 2 * kernel_weights
+  assert with_panels == memory.estimate(both, **sizes)
+  # Computing in bfloat16 the kernels do not apply: nothing packed.
+  half = t5_1_1('tiny', vocab_size=100, dtype='bfloat16', param_dtype='bfloat16')
+  assert 'panels' not in memory.estimate({'target': half}, panels=True, **sizes)

@@ -69,6 +69,7 @@ from spec_decode.cli import memory
 from spec_decode.cli.jsonl import Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
+from spec_decode import kernels
 from spec_decode import lm
 from spec_decode import lm_sharding
 from spec_decode import models
@@ -231,7 +232,8 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     rows = memory.cache_rows(batch_size=batch_size, decode=decode, beam_size=beam_size,
                              draft_width=draft_width, speculate=speculate)
     needed = memory.estimate(configs, rows=rows, input_len=max(len(e.tokens) for e in examples),
-                             max_decode_len=max_decode_len, gamma=gamma if speculate else 0)
+                             max_decode_len=max_decode_len, gamma=gamma if speculate else 0,
+                             panels=kernels.in_use())
     memory.check(needed, memory_limit_gb)
   if decode == 'beam':
     options = dict(beam_size=beam_size, alpha=beam_alpha, draft_width=draft_width, gamma=gamma,

@@ -4,7 +4,8 @@ A MAX_DECODE_LEN or BATCH_SIZE far too large for the machine would otherwise
 fail after compiling with an out-of-memory message that names no setting, or
 grow until the system kills the process. `estimate` counts the buffers the
 run must hold, a lower bound (activations come on top): both models'
-parameters, their encoder outputs and KV caches, and the decoded tokens.
+parameters, the packed copies of their weights where the CPU kernels use them,
+their encoder outputs and KV caches, and the decoded tokens.
 `check` compares it with the available memory: the device's
 `memory_stats()['bytes_limit']` on an accelerator, MemAvailable of
 /proc/meminfo on a CPU host.
@@ -35,7 +36,8 @@ def cache_rows(*, batch_size: int, decode: str, beam_size: int, draft_width: int
 
 
 def estimate(configs: dict[str, T5Config | DecoderOnlyConfig | LlamaConfig], *, rows: int,
-             input_len: int, max_decode_len: int, gamma: int) -> dict[str, int]:
+             input_len: int, max_decode_len: int, gamma: int,
+             panels: bool = False) -> dict[str, int]:
   """Bytes of the buffers a run holds, by kind.
 
   Args:
@@ -45,9 +47,15 @@ def estimate(configs: dict[str, T5Config | DecoderOnlyConfig | LlamaConfig], *, 
       model's prompt positions (then no encoder output).
     max_decode_len: most tokens generated per input.
     gamma: draft tokens per target call (0 without a draft).
+    panels: whether the CPU kernels are in use (`kernels.in_use()`): then an
+      encoder-decoder T5 model computing in float32 also holds its Dense
+      kernels packed (`models.T5Model.with_panels`), counted at bfloat16's 2
+      bytes per weight (float32 panels, where bfloat16 does not hold the
+      weights, take twice that).
 
   Returns:
-    {'parameters', 'encoder outputs', 'KV caches', 'tokens'}: bytes. A
+    {'parameters', 'encoder outputs', 'KV caches', 'tokens'}, and 'panels'
+    with `panels`: bytes. A
     model's parameters are in its param_dtype (a Llama model's: its dtype;
     its KV caches have num_key_value_heads heads); its encoder output [R, S, E],
     cross-attention keys and values [R, H, S, Dh] per decoder layer and
@@ -66,6 +74,9 @@ def estimate(configs: dict[str, T5Config | DecoderOnlyConfig | LlamaConfig], *, 
       layers, heads = config.num_decoder_layers, config.num_heads
     weights = sum(math.prod(shape) for shape in shapes.values())
     parts['parameters'] += weights * jnp.dtype(param_dtype).itemsize
+    if panels and isinstance(config, T5Config) and jnp.dtype(config.dtype) == jnp.float32:
+      parts['panels'] = parts.get('panels', 0) + 2 * sum(
+          math.prod(shape) for path, shape in shapes.items() if path.endswith('/kernel'))
     item = jnp.dtype(config.dtype).itemsize
     if isinstance(config, T5Config):  # a decoder-only model's prompt is in its KV cache
       parts['encoder outputs'] += rows * input_len * config.emb_dim * item
