@@ -122,17 +122,18 @@ def test_without_a_compiler_xla_s_products_run_after_one_warning(tmp_path):
       in done.stdout, done.stdout
 
 
-def test_bfloat16_embedding_rows_are_take_s_widened_bitwise():
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+def test_embedding_rows_are_take_s_as_float32_bitwise(dtype):
   rng = np.random.default_rng(0)
   table = rng.standard_normal((50, 48)).astype(np.float32)
   table[3, :4] = [np.inf, -np.inf, np.nan, -0.0]
   table[4, :2] = [1e-40, -3e-39]  # subnormal in float32, kept by bfloat16's exponent range
-  table = jnp.asarray(table, jnp.bfloat16)
+  table = jnp.asarray(table, dtype)
   # 50 and -1: outside 0..49, NaN rows (the kernel does not wrap negative ids as take does).
   ids = jnp.asarray([[3, 4, 0, 49], [50, -1, 7, 3]], jnp.int32)
   outside = jnp.where(ids < 0, 50, ids)
   assert kernels.embed_applies(table, ids)
-  got = jax.jit(kernels.embed_bf16)(table, ids)
+  got = jax.jit(kernels.embed)(table, ids)
   want = jnp.take(table, outside, axis=0, mode='fill').astype(jnp.float32)
   assert got.shape == (2, 4, 48) and got.dtype == jnp.float32
   np.testing.assert_array_equal(got.view(jnp.uint32)[np.isfinite(want) | np.isinf(want)],
@@ -140,7 +141,7 @@ def test_bfloat16_embedding_rows_are_take_s_widened_bitwise():
   np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
   assert np.isnan(got[1, :2]).all()
   dy = jnp.asarray(rng.standard_normal(got.shape), jnp.float32)
-  grad = jax.grad(lambda t: jnp.sum(kernels.embed_bf16(t, ids) * dy))(table)
+  grad = jax.grad(lambda t: jnp.sum(kernels.embed(t, ids) * dy))(table)
   want_grad = jax.grad(lambda t: jnp.sum(jnp.take(t, outside, axis=0).astype(jnp.float32) * dy))(
       table)
   np.testing.assert_array_equal(np.asarray(grad, np.float32), np.asarray(want_grad, np.float32))

@@ -176,7 +176,7 @@ def test_bfloat16_parameters_read_bfloat16_panels_and_equal_their_float32_copy_b
       lambda w: w.astype(jnp.bfloat16), rounded)).with_panels()
   assert model.panels is not None, 'bfloat16 parameters computing in float32 were not packed'
   assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(model.panels)} == {jnp.dtype('bfloat16')}
-  # 2 x 20 tokens: beyond the sliced lookup of a step's few, the encoder's gathered embedding.
+  # 2 x 20 tokens: an encoder's embedding, and a step's 2 x 3.
   inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 20)), jnp.int32)
   assert 'spec_decode_dense_panels_bf16' in jax.jit(_step_logits).lower(model, inputs).as_text()
   np.testing.assert_array_equal(jax.jit(_step_logits)(model, inputs),

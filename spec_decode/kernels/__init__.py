@@ -35,8 +35,9 @@ call.
   SPEC_DECODE_CPU_KERNELS=0   XLA's products and attention everywhere (read when a function
                               is traced: set it before the process starts)
 
-`embed_bf16` looks up a bfloat16 embedding's rows in float32 (t5.layers.Embed
-with bfloat16 parameters computing in float32) without widening the whole table.
+`embed` looks up embedding rows as float32 (t5.layers.Embed computing in
+float32), a float32 or bfloat16 table, without XLA's threaded gather or its
+widening of a whole bfloat16 table.
 
 `kernels.distributions` holds sampling's row kernels: softmax, argmax, and
 top-k's and top-p's truncation thresholds (distributions.cc), which
@@ -278,40 +279,41 @@ dense_panels.defvjp(_dense_panels_forward, _dense_panels_backward)
 
 
 def embed_applies(table: jax.Array, ids: jax.Array) -> bool:
-  """Whether `embed_bf16(table, ids)` runs the kernel: a bfloat16 table [V, E], integer ids."""
-  return (table.ndim == 2 and table.dtype == jnp.bfloat16
+  """Whether `embed(table, ids)` runs the kernel: a float32 or bfloat16 table [V, E], integer ids."""
+  return (table.ndim == 2 and table.dtype in (jnp.float32, jnp.bfloat16)
           and jnp.issubdtype(ids.dtype, jnp.integer) and in_use())
 
 
 def _embed_reference(table, ids):
-  """`embed_bf16` in XLA: negative ids are outside too (jnp.take would wrap them)."""
+  """`embed` in XLA: negative ids are outside too (jnp.take would wrap them)."""
   return jnp.take(table, jnp.where(ids < 0, table.shape[0], ids), axis=0,
                   mode='fill').astype(jnp.float32)
 
 
 @jax.custom_vjp
-def embed_bf16(table: jax.Array, ids: jax.Array) -> jax.Array:
-  """Rows `ids` of a bfloat16 table, widened to float32, without widening the table.
+def embed(table: jax.Array, ids: jax.Array) -> jax.Array:
+  """Rows `ids` of a table as float32, by the kernel (dense.cc).
 
   jnp.take(table, ids, axis=0).astype(float32), bitwise: a row of NaNs for an
   id outside 0..V-1 (take's fill; negative ids are not wrapped here). XLA:CPU
-  computes that by widening the whole table on every call (a decoding loop's
-  call included), which for T5 1.1 small's 32128 x 512 cost ~12 ms.
+  splits the gather of a decoding step's few rows across its threads, and
+  widens a bfloat16 table whole before it on every call (a decoding loop's
+  call included; T5 1.1 small's 32128 x 512: ~12 ms).
 
   Args:
-    table: [V, E] bfloat16.
+    table: [V, E] float32 or bfloat16.
     ids: [...] integer.
 
   Returns:
     [..., E] float32. Differentiable in `table` (XLA's gradient).
   """
   out = jax.ShapeDtypeStruct(ids.shape + (table.shape[1],), jnp.float32)
-  return jax.ffi.ffi_call('spec_decode_embed_bf16', out, vmap_method='sequential')(
-      table, ids.astype(jnp.int32))
+  target = 'spec_decode_embed' + ('_bf16' if table.dtype == jnp.bfloat16 else '')
+  return jax.ffi.ffi_call(target, out, vmap_method='sequential')(table, ids.astype(jnp.int32))
 
 
 def _embed_forward(table, ids):
-  return embed_bf16(table, ids), (table, ids)
+  return embed(table, ids), (table, ids)
 
 
 def _embed_backward(residuals, dy):
@@ -319,7 +321,7 @@ def _embed_backward(residuals, dy):
   return jax.vjp(lambda t: _embed_reference(t, ids), table)[1](dy)[0], None
 
 
-embed_bf16.defvjp(_embed_forward, _embed_backward)
+embed.defvjp(_embed_forward, _embed_backward)
 
 
 def _attention_reference(query, key, value, bias):

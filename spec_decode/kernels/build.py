@@ -36,7 +36,7 @@ HEADERS = (os.path.join(_HERE, 'common.h'),)  # included by the sources: part of
 # FFI target name -> the library's handler symbol.
 TARGETS = {'spec_decode_dense': 'SpecDecodeDense', 'spec_decode_dense_panels': 'SpecDecodeDensePanels',
            'spec_decode_dense_panels_bf16': 'SpecDecodeDensePanelsBf16',
-           'spec_decode_embed_bf16': 'SpecDecodeEmbedBf16',
+           'spec_decode_embed': 'SpecDecodeEmbed', 'spec_decode_embed_bf16': 'SpecDecodeEmbedBf16',
            'spec_decode_attention': 'SpecDecodeAttention',
            'spec_decode_top_k_threshold': 'SpecDecodeTopKThreshold',
            'spec_decode_top_p_threshold': 'SpecDecodeTopPThreshold',

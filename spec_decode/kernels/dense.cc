@@ -23,14 +23,13 @@
 //   the bytes. Their rows interleave each 32 columns, so that a shift or a mask widens
 //   16 weights (LoadRow).
 //
-// SpecDecodeEmbedBf16 looks up rows of a bfloat16 table (the embedding of a model whose
-// parameters are bfloat16, computing in float32), widened to float32: XLA:CPU widened the
-// whole table to float32 on every call instead (T5 1.1 small's 16.4M entries: ~12 ms).
+// SpecDecodeEmbed and SpecDecodeEmbedBf16 look up rows of an embedding table, as float32: XLA:CPU
+// split a gather of a decoding step's few rows across its threads, and widened a bfloat16 table
+// whole to float32 on every call (T5 1.1 small's 16.4M entries: ~12 ms).
 //
 // Built by spec_decode/kernels/build.py with the system compiler for the machine
 // it runs on (-march=native); its handlers are registered as the FFI targets
-// spec_decode_dense, spec_decode_dense_panels, spec_decode_dense_panels_bf16 and
-// spec_decode_embed_bf16.
+// spec_decode_dense, spec_decode_dense_panels{,_bf16} and spec_decode_embed{,_bf16}.
 
 #include <cstdint>
 #include <limits>
@@ -242,29 +241,33 @@ static ffi::Error DensePanelsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
-// out [N, E] float32 = rows ids [N] of table [V, E] bfloat16, widened exactly; a row of NaNs for
-// an id outside 0..V-1 (jnp.take's fill).
-static ffi::Error EmbedBf16Impl(ffi::Buffer<ffi::BF16> table, ffi::Buffer<ffi::S32> ids,
-                                ffi::ResultBuffer<ffi::F32> out) {
+// A table entry as float32: float32 as stored, bfloat16 widened exactly.
+static inline float Widen(float w) { return w; }
+static inline float Widen(uint16_t w) {
+  const uint32_t bits = static_cast<uint32_t>(w) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// out [N, E] float32 = rows ids [N] of table [V, E] (float32, W = float; bfloat16, W = uint16_t);
+// a row of NaNs for an id outside 0..V-1 (jnp.take's fill).
+template <ffi::DataType T, typename W>
+static ffi::Error EmbedImpl(ffi::Buffer<T> table, ffi::Buffer<ffi::S32> ids,
+                            ffi::ResultBuffer<ffi::F32> out) {
   auto td = table.dimensions();
   if (td.size() != 2 || out->element_count() != ids.element_count() * td[1])
-    return ffi::Error::InvalidArgument(
-        "spec_decode_embed_bf16: table [V, E], ids [N], out [N, E]");
+    return ffi::Error::InvalidArgument("spec_decode_embed: table [V, E], ids [N], out [N, E]");
   const int64_t vocab = td[0], width = td[1], count = ids.element_count();
-  const uint16_t* t = reinterpret_cast<const uint16_t*>(table.typed_data());
+  const W* t = reinterpret_cast<const W*>(table.typed_data());
   const int32_t* id = ids.typed_data();
   float* o = out->typed_data();
   for (int64_t n = 0; n < count; ++n) {
     float* row = o + n * width;
-    if (id[n] < 0 || id[n] >= vocab) {
-      for (int64_t e = 0; e < width; ++e) row[e] = std::numeric_limits<float>::quiet_NaN();
-      continue;
-    }
-    const uint16_t* src = t + id[n] * width;
-    for (int64_t e = 0; e < width; ++e) {
-      const uint32_t bits = static_cast<uint32_t>(src[e]) << 16;
-      __builtin_memcpy(row + e, &bits, 4);
-    }
+    const bool inside = id[n] >= 0 && id[n] < vocab;
+    const W* src = t + (inside ? id[n] : 0) * width;
+    for (int64_t e = 0; e < width; ++e)
+      row[e] = inside ? Widen(src[e]) : std::numeric_limits<float>::quiet_NaN();
   }
   return ffi::Error::Success();
 }
@@ -281,8 +284,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDensePanels, (DensePanelsImpl<ffi::F32, 
                               SPEC_DECODE_DENSE_BINDING(ffi::F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeDensePanelsBf16, (DensePanelsImpl<ffi::BF16, uint16_t>),
                               SPEC_DECODE_DENSE_BINDING(ffi::BF16));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeEmbedBf16, EmbedBf16Impl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+#define SPEC_DECODE_EMBED_BINDING(T) \
+  ffi::Ffi::Bind().Arg<ffi::Buffer<T>>().Arg<ffi::Buffer<ffi::S32>>().Ret<ffi::Buffer<ffi::F32>>()
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeEmbed, (EmbedImpl<ffi::F32, float>),
+                              SPEC_DECODE_EMBED_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeEmbedBf16, (EmbedImpl<ffi::BF16, uint16_t>),
+                              SPEC_DECODE_EMBED_BINDING(ffi::BF16));

@@ -32,23 +32,17 @@ def mask_bias(mask: jax.Array) -> jax.Array:
   return jnp.where(mask, 0.0, NEG_INF).astype(jnp.float32)
 
 
-# Tokens up to which `Embed` looks rows up by slices (a decoding step's few).
-SLICE_MAX_TOKENS = 16
-
-
 class Embed(nn.Embed):
-  """nn.Embed (the same parameter) whose lookup of a decoding step's few tokens is slices.
+  """nn.Embed (the same parameter) whose rows are looked up first, then cast.
 
-  XLA:CPU splits a gather of a few rows across its threads: in the demo
-  target's float32 step loop, slices took a five-token step from 0.749 to
-  0.659 ms (EPYC, interleaved). Up to SLICE_MAX_TOKENS tokens each row is a
-  dynamic slice of the table, beyond them jnp.take's gather; either way the
-  rows are cast to `dtype` after the lookup, where nn.Embed casts the whole
-  table. A bfloat16 table read in float32 takes `kernels.embed_bf16` instead
-  (XLA:CPU widened the whole table before a lookup, on every call, even a
-  lookup of slices). All give nn.Embed's values, an id outside -V..V-1 giving
-  a row of NaNs and a negative one counting from the end, as jnp.take's
-  default does.
+  On a CPU with the kernels, computing in float32, one kernel call copies (a
+  float32 table) or widens (bfloat16) the rows (`kernels.embed`): XLA:CPU
+  split the gather of a step's few rows across its threads (slices of the
+  table instead took a five-token step of the demo target from 0.749 to 0.659
+  ms, EPYC, interleaved), and widened a bfloat16 table whole on every call.
+  Elsewhere jnp.take's gather, the rows cast after it (nn.Embed casts the
+  whole table). Either gives nn.Embed's values: an id outside -V..V-1 a row
+  of NaNs, a negative one counting from the end, as jnp.take's default does.
   """
 
   def __call__(self, inputs: jax.Array) -> jax.Array:
@@ -57,20 +51,11 @@ class Embed(nn.Embed):
       return super().__call__(inputs)
     if (self.dtype is not None and jnp.dtype(self.dtype) == jnp.float32
         and kernels.embed_applies(self.embedding, inputs)):
-      return kernels.embed_bf16(self.embedding, jnp.where(inputs < 0, inputs + self.num_embeddings,
-                                                          inputs))
-    if inputs.size > SLICE_MAX_TOKENS:
-      (rows,) = self.promote_dtype(jnp.take(self.embedding, inputs, axis=0), dtype=self.dtype,
-                                   inexact=False)
-      return rows
-    ids = inputs.reshape(-1)
-    ids = jnp.where(ids < 0, ids + self.num_embeddings, ids)
-    rows = jnp.stack([jax.lax.dynamic_index_in_dim(self.embedding, ids[i], 0, keepdims=False)
-                      for i in range(ids.size)])  # [N, E]
-    (rows,) = self.promote_dtype(rows, dtype=self.dtype, inexact=False)
-    inside = (ids >= 0) & (ids < self.num_embeddings)
-    rows = jnp.where(inside[:, None], rows, jnp.nan).astype(rows.dtype)
-    return rows.reshape(inputs.shape + (self.features,))
+      return kernels.embed(self.embedding,
+                           jnp.where(inputs < 0, inputs + self.num_embeddings, inputs))
+    (rows,) = self.promote_dtype(jnp.take(self.embedding, inputs, axis=0), dtype=self.dtype,
+                                 inexact=False)
+    return rows
 
 
 class RMSNorm(nn.Module):
