@@ -5,10 +5,10 @@
 // that costs a demo-size call more than all of its weight products. Here one call
 // does all of it, per (batch row, head) and query position:
 //   s[t] = q . k[t] + bias[t];  w = softmax(s);  out = sum_t w[t] v[t]
-// Every query position is computed with its own fixed order of operations (the
-// dot products summed by one fixed tree of lane shuffles), so its result does not
-// depend on how many positions share the call. Up to 4 positions share each load of a
-// key or value vector: 1.3-1.5x faster than a position at a time for 2-8 positions
+// Every query position is computed with its own fixed order of operations (the dot products
+// summed by one fixed tree of lane shuffles), so its result does not depend on how many
+// positions share the call. Up to 4 positions share
+// each load of a key or value vector: 1.3-1.5x faster than a position at a time for 2-8 positions
 // (6 heads of 64, 40-128 keys, one thread, EPYC), bitwise the same results.
 //
 // Built by spec_decode/kernels/build.py with dense.cc; its handler SpecDecodeAttention
@@ -43,35 +43,6 @@ static inline v16 LaneSums(v16* p) {
   for (int i = 0; i < 4; ++i) b[i] = PAIR(a[2 * i], a[2 * i + 1], L2_LO, L2_HI);
   for (int i = 0; i < 2; ++i) c[i] = PAIR(b[2 * i], b[2 * i + 1], L3_LO, L3_HI);
   return PAIR(c[0], c[1], L4_LO, L4_HI);
-}
-
-// exp(x) for float32 lanes (Cephes' expf polynomial): within 2 ulp; 0 below -87.3.
-static inline v16 Exp(v16 x) {
-  const v16 lo = v16{} - 87.33654f, hi = v16{} + 88.72283f;
-  i16 underflow = x < lo;
-  x = x < lo ? lo : x;
-  x = x > hi ? hi : x;
-  v16 n = x * 1.44269504088896341f + 0.5f;
-  i16 ni = __builtin_convertvector(n, i16);
-  ni += (i16)(__builtin_convertvector(ni, v16) > n);  // floor (true is -1)
-  n = __builtin_convertvector(ni, v16);
-  x = x - n * 0.693359375f + n * 2.12194440e-4f;
-  v16 p = v16{} + 1.9875691500e-4f;
-  p = p * x + 1.3981999507e-3f;
-  p = p * x + 8.3334519073e-3f;
-  p = p * x + 4.1665795894e-2f;
-  p = p * x + 1.6666665459e-1f;
-  p = p * x + 5.0000001201e-1f;
-  p = p * x * x + x + 1.0f;
-  i16 bits;
-  std::memcpy(&bits, &p, 64);
-  bits += (ni << 23);
-  std::memcpy(&p, &bits, 64);
-  i16 keep = ~(i16)underflow;
-  std::memcpy(&bits, &p, 64);
-  bits &= keep;
-  std::memcpy(&p, &bits, 64);
-  return p;
 }
 
 struct Shapes {
@@ -134,7 +105,9 @@ static void Weighted(const Shapes& s, const float* w, int64_t padded, const floa
 }
 
 // Softmax of one position's scores in place: exp(s - max), summed in a fixed order, divided
-// by the sum; entries T..padded - 1 set to 0.
+// by the sum; entries T..padded - 1 set to 0. Not common.h's SoftmaxRow (sampling's, over V
+// logits): over a few hundred keys 16 float lanes suffice, where SoftmaxRow's double sums and
+// NaN pass made the demo target's five-position step 1-5% slower (one-process A/B, EPYC).
 static void Softmax(float* scores, int64_t T, int64_t padded) {
   for (int64_t t = T; t < padded; ++t) scores[t] = -INFINITY;
   v16 top = v16{} - INFINITY;
@@ -146,7 +119,7 @@ static void Softmax(float* scores, int64_t T, int64_t padded) {
   for (int j = 0; j < 16; ++j) m = top[j] > m ? top[j] : m;
   v16 total = v16{};
   for (int64_t i = 0; i < padded; i += 16) {
-    v16 e = Exp(Load<v16>(scores + i) - m);
+    v16 e = ExpNonPositive<v16, i16>(Load<v16>(scores + i) - m);
     Store(scores + i, e);
     total += e;
   }

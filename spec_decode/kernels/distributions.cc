@@ -227,44 +227,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecDecodeTopPThreshold, ThresholdImpl<true>,
 // that, inside the demo's speculative loop, took 25 us for one row of V = 8192 and 70-100 us
 // for four (median and 10-90th percentiles of a profile, EPYC); this kernel took 7-8 us and
 // 26 us there. (In a loop of softmaxes alone XLA's was the faster, by 1.2x at one row and
-// 3x at 16 or more: sampling takes this kernel for a decoding step's few rows only.) Three
-// passes over each row: the maximum m, then e = exp(x - m) and its sum (in double lanes, a
-// fixed order), then e times 1 / sum:
-//   y[r, i] = exp(x[r, i] - m_r) / sum_j exp(x[r, j] - m_r),
-// as jax.nn.softmax. exp is Cephes' single-precision polynomial (within 1 ulp of the float64
-// exp at 2M points of [-87, 0]; 0 below -87, a safe cut above -87.34, where float32's normal
-// range ends). A row whose maximum is not finite (all -inf, +inf, or a NaN anywhere) comes
-// out NaN, as jax.nn.softmax's does.
-
-// exp(d) for d <= 0 (the logits less their maximum), 0 below -87.
-static inline f8 ExpNonPositive(f8 d) {
-  f8 t = d * 1.44269504088896341f;  // d / ln 2
-  t = t < -127.f ? f8{} - 127.f : t;  // within int32 (-inf, a pruned head's -1e30): cut below
-  // n = t rounded to the nearest integer: t - 0.5 <= 0 truncated toward zero.
-  const i8 floor = i8{} - 126;  // 2^n stays a normal float; results that small are cut below
-  i8 n = __builtin_convertvector(t - 0.5f, i8);
-  n = n < floor ? floor : n;
-  const f8 nf = __builtin_convertvector(n, f8);
-  const f8 r = d - nf * 0.693359375f - nf * -2.12194440e-4f;  // d - n ln 2, in two parts
-  f8 p = f8{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const f8 e = p * r * r + r + 1.f;
-  f8 scale;
-  const i8 bits = (n + 127) << 23;
-  std::memcpy(&scale, &bits, 32);
-  return d < -87.f ? f8{} : e * scale;
-}
+// 3x at 16 or more: sampling takes this kernel for a decoding step's few rows only.) Each row
+// is SoftmaxRow's, y[r, i] = exp(x[r, i] - m_r) / sum_j exp(x[r, j] - m_r) as jax.nn.softmax,
+// exp common.h's ExpNonPositive.
 
 static float ScalarExpNonPositive(float d) {
   f8 v = f8{} + d;
-  return ExpNonPositive(v)[0];
+  return ExpNonPositive<f8, i8>(v)[0];
 }
 
-// One row: x [V] -> y [V].
+// One row's softmax: x [V] -> y [V]. Three passes: the maximum m, then
+// e = exp(x - m) and its sum (in double lanes, a fixed order), then e times 1 / sum; a row whose
+// maximum is not finite (all -inf, +inf, or a NaN anywhere) comes out NaN, as jax.nn.softmax's.
 static void SoftmaxRow(const float* x, float* y, int64_t V) {
   f8 top = f8{} - INFINITY;
   i8 nan = {};
@@ -288,7 +262,7 @@ static void SoftmaxRow(const float* x, float* y, int64_t V) {
   }
   d4 low = {}, high = {};
   for (i = 0; i + 8 <= V; i += 8) {
-    const f8 e = ExpNonPositive(Load<f8>(x + i) - m);
+    const f8 e = ExpNonPositive<f8, i8>(Load<f8>(x + i) - m);
     Store(y + i, e);
     low += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), d4);
     high += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), d4);
