@@ -71,7 +71,7 @@ class T5Model:
       packed = self
       if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
           and kernels.packing_pays(self.params)):
-        packed = self.replace(panels=kernels.pack_tree(self.params, _kernel, _fused))
+        packed = self.replace(panels=kernels.pack_tree(self.params, is_dense_kernel, _fused))
       object.__setattr__(self, '_with_panels', packed)
     return self.__dict__['_with_panels']
 
@@ -150,7 +150,7 @@ def replacing(weights: str, packed: str):
 T5Model.replace = replacing('params', 'panels')
 
 
-def _kernel(path: tuple[str, ...]) -> bool:
+def is_dense_kernel(path: tuple[str, ...]) -> bool:
   """Whether a parameter path names a Dense kernel (`T5Model.with_panels` packs them)."""
   return path[-1] == 'kernel'
 

@@ -21,6 +21,7 @@ from spec_decode.cli.gin_utils import ConfigError
 from spec_decode import loop_utils
 from spec_decode.llama import LlamaConfig
 from spec_decode.llama import hf as llama_hf
+from spec_decode import models
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
@@ -76,7 +77,8 @@ def estimate(configs: dict[str, T5Config | DecoderOnlyConfig | LlamaConfig], *, 
     parts['parameters'] += weights * jnp.dtype(param_dtype).itemsize
     if panels and isinstance(config, T5Config) and jnp.dtype(config.dtype) == jnp.float32:
       parts['panels'] = parts.get('panels', 0) + 2 * sum(
-          math.prod(shape) for path, shape in shapes.items() if path.endswith('/kernel'))
+          math.prod(shape) for path, shape in shapes.items()
+          if models.is_dense_kernel(tuple(path.split('/'))))
     item = jnp.dtype(config.dtype).itemsize
     if isinstance(config, T5Config):  # a decoder-only model's prompt is in its KV cache
       parts['encoder outputs'] += rows * input_len * config.emb_dim * item
