@@ -9,6 +9,11 @@ sampling with no separate code path.
 
 The knob values are traced: changing them does not recompile a decoding loop.
 All probability arithmetic is float32, whatever the model's dtype.
+
+Top-k and top-p avoid sorting the vocabulary, which is slow on XLA:CPU; their
+masks and the pieces they are built from are public for the studies that time
+them: `top_k_mask`, `top_p_mask`, their caps TOP_K_CAP and TOP_P_CAP,
+`top_values`, `order_keys` and `bisect_threshold`.
 """
 
 import flax.struct
@@ -111,33 +116,39 @@ def _per_row(value: jax.Array, ndim: int) -> jax.Array:
 # Top-k and top-p cut the vocabulary at a threshold: the k-th largest logit, or
 # the smallest probability whose larger entries hold less than top_p. Sorting
 # the vocabulary to find it costs more than a target step on XLA:CPU, so the
-# threshold comes from the cap largest entries (`_top_values`) whenever it
+# threshold comes from the cap largest entries (`top_values`) whenever it
 # lies among them (always for k <= the cap), and otherwise from an exact
-# bisection over the entries' float32 bit patterns. On a CPU with the kernels every
-# row's threshold is instead one call of `kernels.distributions.top_k_threshold` /
-# `top_p_threshold`, the same bisection (a top-p mask at V = 8k 13-28 us a row against
-# XLA's 34-112 us, top-k 40 0.52-0.89 of XLA's TopK; EPYC,
-# `scripts/studies/truncation_cost.py`). All give the sorted
+# bisection over the entries' float32 bit patterns (`bisect_threshold`). On a
+# CPU with the kernels every row's threshold is instead one call of
+# `kernels.distributions.top_k_threshold` / `top_p_threshold`, the same
+# bisection (a top-p mask at V = 8k 13-28 us a row against XLA's 34-112 us,
+# top-k 40 0.52-0.89 of XLA's TopK; EPYC, `scripts/studies/truncation_cost.py`). All give the sorted
 # definition's threshold, ties at the boundary kept. TopK costs more as the cap
 # grows, the bisection several TopKs; `scripts/studies/nucleus_mass.py` weighs the two
 # for top-p 0.9 on the bundled models at T = 1 (EPYC, two runs, before the
 # two-level TopK and the per-row bisection: 128 beat 64 by 0.05-0.1 ms per
 # gamma-4 speculative iteration; 256 and more lost).
-_TOP_K_CAP = 64
-_TOP_P_CAP = 128
+TOP_K_CAP = 64  # `top_k_mask` takes the k-th largest logit from this many largest ones
+TOP_P_CAP = 128  # `top_p_mask` looks for the nucleus's end among this many largest entries
 # TopK's cost grows with the vocabulary; over many blocks it runs in two small
-# steps instead (`_top_values`). Blocks of 16 and the switch at 8 x cap blocks
+# steps instead (`top_values`). Blocks of 16 and the switch at 8 x cap blocks
 # were fastest on the EPYC: at V = 32k 2-3x faster than one TopK over V, at
 # 8k for cap 64 1.3x, for cap 128 no faster (so not used there).
 _TOP_BLOCK = 16
 _TOP_MIN_BLOCKS_PER_CAP = 8
 
 
-def _top_values(x: jax.Array, cap: int) -> jax.Array:
+def top_values_uses_blocks(vocab: int, cap: int) -> bool:
+  """Whether `top_values` over V = vocab entries takes two small TopKs instead of one."""
+  return -(-vocab // _TOP_BLOCK) >= _TOP_MIN_BLOCKS_PER_CAP * cap
+
+
+def top_values(x: jax.Array, cap: int) -> jax.Array:
   """[..., V] -> [..., cap] the cap largest entries, descending: `lax.top_k(x, cap)[0]`.
 
-  Over many blocks of _TOP_BLOCK entries, from two small TopKs: the cap blocks
-  with the largest maxima, then the cap largest of their entries. They are
+  Where `top_values_uses_blocks(V, cap)`, over blocks of 16 entries, from two
+  small TopKs: the cap blocks with the largest maxima, then the cap largest of
+  their entries. They are
   the same values. Let v be the cap-th largest value: fewer than cap blocks
   hold an entry above v, so every such block is chosen, with all entries above
   v; and either every block whose maximum is v is chosen too, or every chosen
@@ -149,9 +160,9 @@ def _top_values(x: jax.Array, cap: int) -> jax.Array:
     cap: static number of values.
   """
   vocab = x.shape[-1]
-  blocks = -(-vocab // _TOP_BLOCK)
-  if blocks < _TOP_MIN_BLOCKS_PER_CAP * cap:
+  if not top_values_uses_blocks(vocab, cap):
     return jax.lax.top_k(x, cap)[0]
+  blocks = -(-vocab // _TOP_BLOCK)
   padded = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, blocks * _TOP_BLOCK - vocab)],
                    constant_values=-jnp.inf).reshape(x.shape[:-1] + (blocks, _TOP_BLOCK))
   chosen = jax.lax.top_k(jnp.max(padded, axis=-1), cap)[1]  # [..., cap] block indices
@@ -159,17 +170,24 @@ def _top_values(x: jax.Array, cap: int) -> jax.Array:
   return jax.lax.top_k(entries.reshape(x.shape[:-1] + (cap * _TOP_BLOCK,)), cap)[0]
 
 
-def _order_keys(x: jax.Array) -> jax.Array:
-  """float32 [..., V] -> int32 [..., V] in the same order (-0.0 and 0.0 equal)."""
+def order_keys(x: jax.Array) -> jax.Array:
+  """float32 [..., V] -> int32 [..., V] in the same order (-0.0 and 0.0 equal).
+
+  The keys `bisect_threshold` halves: 32 halvings find any float32 threshold exactly.
+  """
   bits = jax.lax.bitcast_convert_type(jnp.where(x == 0, 0.0, x).astype(jnp.float32), jnp.int32)
   return jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
-def _bisect_threshold(keys: jax.Array, weights: jax.Array, bound: jax.Array) -> jax.Array:
+def bisect_threshold(keys: jax.Array, weights: jax.Array, bound: jax.Array) -> jax.Array:
   """The smallest t with sum(weights[keys > t]) < bound, per row.
 
+  With unit weights and bound k, keys >= t keeps the k largest (ties kept);
+  with probabilities and bound top_p, the nucleus. The exact path of
+  `top_k_mask` and `top_p_mask` where the threshold lies past their cap.
+
   Args:
-    keys: [..., V] int32 order keys.
+    keys: [..., V] int32 order keys (`order_keys`).
     weights: [..., V] non-negative.
     bound: broadcastable to [..., 1]; sum(weights) >= bound > 0.
 
@@ -188,14 +206,24 @@ def _bisect_threshold(keys: jax.Array, weights: jax.Array, bound: jax.Array) -> 
   return jax.lax.fori_loop(0, 32, halve, (lo, hi))[1]  # 32 halvings of a 2^32 range
 
 
-def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
-  """[..., V] logits -> [..., V] logits outside the top k set to -inf (0 disables)."""
+def top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
+  """[..., V] logits -> [..., V] logits outside the top k set to -inf (0 disables).
+
+  The k-th largest logit is the threshold, ties with it kept: as sorting the
+  vocabulary gives it, without the sort (one CPU kernel call for every row
+  where the kernels apply, else `top_values` for k <= TOP_K_CAP and
+  `bisect_threshold` beyond).
+
+  Args:
+    logits: [..., V] float32 logits (-inf allowed).
+    top_k: int32 broadcastable to [..., 1]; 0 keeps every logit.
+  """
   vocab = logits.shape[-1]
   k = jnp.broadcast_to(jnp.clip(top_k, 1, vocab), logits.shape[:-1] + (1,))
-  cap = min(_TOP_K_CAP, vocab)
+  cap = min(TOP_K_CAP, vocab)
 
   def from_top_values(logits):
-    values = _top_values(logits, cap)  # [..., cap] descending
+    values = top_values(logits, cap)  # [..., cap] descending
     # The k-th largest as the least of the first k: picking it with a gather
     # makes XLA:CPU sort the whole vocabulary inside a loop instead of calling
     # its TopK kernel (1.4 ms against 0.03 ms at V = 8k).
@@ -204,8 +232,8 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
     return logits >= kth
 
   def by_bisection(logits):
-    keys = _order_keys(logits)
-    return keys >= _bisect_threshold(keys, jnp.ones_like(keys), k)
+    keys = order_keys(logits)
+    return keys >= bisect_threshold(keys, jnp.ones_like(keys), k)
 
   if row_kernels.thresholds_apply(logits):  # every row's threshold in one CPU kernel call
     keep = logits >= row_kernels.top_k_threshold(logits, k)
@@ -214,21 +242,22 @@ def _top_k_mask(logits: jax.Array, top_k: jax.Array) -> jax.Array:
   return jnp.where(keep | (top_k <= 0), logits, -jnp.inf)
 
 
-def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
+def top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
   """Zeroes the mass outside each row's nucleus.
 
   The nucleus: the most likely tokens down to the first rank whose preceding
   mass reaches top_p, and every token tied with the last one kept. On a CPU
   with the kernels its threshold is `kernels.distributions.top_p_threshold`'s (one call for
-  all rows). Otherwise it comes from the cap largest values where their mass
-  reaches top_p; the rows where it does not are bisected one by one, so a
+  all rows). Otherwise it comes from the TOP_P_CAP largest values where their
+  mass reaches top_p (`top_values`); the rows where it does not are bisected
+  (`bisect_threshold`) one by one, so a
   verify call whose gamma + 1 rows hold one flat distribution bisects that
   row alone.
 
   Args:
     probs: [..., V] probabilities.
     top_p: broadcastable to [..., 1] (a scalar, or one value per row with
-      trailing 1s as `_per_row` gives it); 1 disables.
+      trailing 1s); 1 disables.
 
   Returns:
     [..., V] probs with the entries outside the nucleus set to 0.
@@ -237,8 +266,8 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
   if row_kernels.thresholds_apply(probs):  # every row's threshold in one CPU kernel call
     threshold = row_kernels.top_p_threshold(probs, jnp.where(top_p < 1.0, top_p, 0.0))
     return jnp.where(probs >= threshold, probs, 0.0)  # rows not cut: threshold -inf
-  cap = min(_TOP_P_CAP, probs.shape[-1])
-  values = _top_values(probs, cap)  # [..., cap] descending
+  cap = min(TOP_P_CAP, probs.shape[-1])
+  values = top_values(probs, cap)  # [..., cap] descending
   mass = jnp.cumsum(values, axis=-1)
   keep = probs >= jnp.min(jnp.where(mass - values < top_p, values, jnp.inf), axis=-1,
                           keepdims=True)
@@ -252,8 +281,8 @@ def _top_p_mask(probs: jax.Array, top_p: jax.Array) -> jax.Array:
 
     def row(r, keep):
       def bisect(keep):
-        keys = _order_keys(flat_probs[r])
-        threshold = _bisect_threshold(keys, flat_probs[r], flat_top_p[r])  # [1]
+        keys = order_keys(flat_probs[r])
+        threshold = bisect_threshold(keys, flat_probs[r], flat_top_p[r])  # [1]
         return keep.at[r].set(keys >= threshold)
       return jax.lax.cond(flat_inside[r], lambda keep: keep, bisect, keep)
 
@@ -315,14 +344,14 @@ def adjust_sampled(logits: jax.Array, params: SamplingParams) -> jax.Array:
   top_p = _per_row(params.top_p, ndim)
 
   def nucleus(probs):
-    probs = _top_p_mask(probs, top_p)
+    probs = top_p_mask(probs, top_p)
     return probs / jnp.sum(probs, axis=-1, keepdims=True)
 
   # Skip top-k, top-p and greedy rows at run time when no row needs them.
   scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
   # A fresh function per trace: a module-level one's traced branch would be cached across
   # traces, whatever the kernels' switch says at the next.
-  scaled = jax.lax.cond(jnp.any(top_k > 0), lambda x, k: _top_k_mask(x, k), lambda x, _: x,
+  scaled = jax.lax.cond(jnp.any(top_k > 0), lambda x, k: top_k_mask(x, k), lambda x, _: x,
                         scaled, top_k)
   probs = (row_kernels.softmax(scaled) if row_kernels.softmax_applies(scaled)
            else jax.nn.softmax(scaled, axis=-1))

@@ -88,7 +88,7 @@ def _sorted_top_p_mask(probs, top_p):
 
 
 @pytest.mark.parametrize('vocab', [16400, 32100])  # both caps over blocks
-@pytest.mark.parametrize('cap', [sampling._TOP_K_CAP, sampling._TOP_P_CAP])
+@pytest.mark.parametrize('cap', [sampling.TOP_K_CAP, sampling.TOP_P_CAP])
 def test_top_values_are_top_k_values(vocab, cap):
   rng = np.random.default_rng(vocab + cap)
   rows = {
@@ -99,22 +99,22 @@ def test_top_values_are_top_k_values(vocab, cap):
       'last block': np.where(np.arange(vocab) >= vocab - 20, 5.0, rng.standard_normal(vocab)),
   }
   x = jnp.asarray(np.stack(list(rows.values())), jnp.float32)
-  assert -(-vocab // sampling._TOP_BLOCK) >= sampling._TOP_MIN_BLOCKS_PER_CAP * cap  # two TopKs
-  got = np.asarray(jax.jit(sampling._top_values, static_argnums=1)(x, cap))
+  assert sampling.top_values_uses_blocks(vocab, cap)  # two TopKs
+  got = np.asarray(jax.jit(sampling.top_values, static_argnums=1)(x, cap))
   np.testing.assert_array_equal(got, np.asarray(jax.lax.top_k(x, cap)[0]))
 
 
 @pytest.mark.parametrize('vocab', [8192, 32128])
 def test_top_k_mask_equals_sorted_definition(vocab, threshold_path):
   rng = np.random.default_rng(vocab)
-  cap = sampling._TOP_K_CAP
+  cap = sampling.TOP_K_CAP
   ks = np.array([1, 2, 40, cap, cap + 1, 3000, vocab - 1, vocab])  # both sides of the cap
   random = rng.standard_normal((len(ks), vocab)).astype(np.float32)
   tied = rng.integers(-4, 4, size=(len(ks), vocab)).astype(np.float32)  # ties at every k
   tied[:, :vocab // 2] = -np.inf
   tied[:, 0] = 0.0
   tied[:, 1] = -0.0
-  mask = jax.jit(lambda x, k: sampling._top_k_mask(x, k))  # a fresh trace per path
+  mask = jax.jit(lambda x, k: sampling.top_k_mask(x, k))  # a fresh trace per path
   for logits in (random, tied):
     for k_rows in (ks, np.full_like(ks, 40)):  # the bisection path, and top_k's alone
       kept = np.asarray(mask(jnp.asarray(logits), jnp.asarray(k_rows)[:, None])) > -np.inf
@@ -126,14 +126,14 @@ def test_top_k_mask_equals_sorted_definition(vocab, threshold_path):
 def test_top_p_mask_equals_sorted_definition(vocab, threshold_path):
   rng = np.random.default_rng(vocab + 1)
   top_ps = np.array([0.05, 0.3, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0], np.float32)
-  mask = jax.jit(lambda p, top_p: sampling._top_p_mask(p, top_p))  # a fresh trace per path
+  mask = jax.jit(lambda p, top_p: sampling.top_p_mask(p, top_p))  # a fresh trace per path
   paths = set()  # per call: which rows' nuclei end among the cap's largest entries
   for scale in (8.0, 1.0):  # peaked: nuclei inside the top_k cap; flat: bisection
     logits = scale * rng.standard_normal((len(top_ps), vocab))
     tied = np.round(logits / 2)  # many equal probabilities at the boundary
     for x in (logits, tied):
       probs = np.asarray(jax.nn.softmax(jnp.asarray(x, jnp.float32), axis=-1))
-      cap_mass = np.sum(-np.sort(-probs, axis=-1)[:, :sampling._TOP_P_CAP], axis=-1)
+      cap_mass = np.sum(-np.sort(-probs, axis=-1)[:, :sampling.TOP_P_CAP], axis=-1)
       for p_rows in (top_ps, np.full_like(top_ps, 0.9)):
         paths.add(tuple(sorted(set(((cap_mass >= p_rows) | (p_rows >= 1)).tolist()))))
         expected = np.stack([_sorted_top_p_mask(row, p) | (p >= 1) for row, p in
@@ -155,12 +155,12 @@ def test_top_p_bisects_only_the_rows_that_need_it(monkeypatch):
   # XLA's path (the kernel's takes every row's threshold in one call): a bisection that
   # keeps nothing, so the rows it touches come back empty.
   monkeypatch.setattr(distributions, 'thresholds_apply', lambda x: False)
-  monkeypatch.setattr(sampling, '_bisect_threshold',
+  monkeypatch.setattr(sampling, 'bisect_threshold',
                       lambda keys, *_: jnp.full(keys.shape[:-1] + (1,), jnp.iinfo(jnp.int32).max))
   rng = np.random.default_rng(7)
   logits = np.stack([8.0 * rng.standard_normal(8192), 1.0 * rng.standard_normal(8192)] * 2)
   probs = jax.nn.softmax(jnp.asarray(logits.reshape(2, 2, 8192), jnp.float32), axis=-1)
-  kept = np.asarray(jax.jit(lambda p: sampling._top_p_mask(p, 0.9))(probs)) > 0  # fresh trace
+  kept = np.asarray(jax.jit(lambda p: sampling.top_p_mask(p, 0.9))(probs)) > 0  # fresh trace
   flat = np.asarray(probs).reshape(4, 8192)
   np.testing.assert_array_equal(kept.reshape(4, 8192)[::2],
                                 np.stack([_sorted_top_p_mask(row, 0.9) for row in flat[::2]]))

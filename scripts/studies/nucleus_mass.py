@@ -3,7 +3,7 @@ r"""Prints how often a top-p nucleus reaches beyond the k largest entries: where
   python scripts/studies/nucleus_mass.py                   # bundled models, T = 1, top_p 0.9
   python scripts/studies/nucleus_mass.py --top_p 0.95 --temperature 0.7 --n 200
 
-`sampling.adjust` finds the top-p threshold among the `sampling._TOP_P_CAP` largest
+`sampling.adjust` finds the top-p threshold among the `sampling.TOP_P_CAP` largest
 probabilities (`lax.top_k`) when they hold at least top_p, and otherwise by a
 bisection over the whole vocabulary, several times dearer on XLA:CPU. This
 script measures how often the second case comes up: each model is run
@@ -110,8 +110,8 @@ def cap_costs(caps: list[int], rows: list[int], vocab: int, top_p: float, *, ste
     for cap in caps:
       top_k = _loop(lambda x, cap=cap: jax.lax.top_k(x, cap)[0], steps)
       runs[(f'top_k {cap}', n)] = functools.partial(top_k, probs)
-    keys = lambda x: sampling._order_keys(x)
-    bisect = lambda x: keys(x) >= sampling._bisect_threshold(keys(x), x, jnp.asarray(top_p))
+    keys = lambda x: sampling.order_keys(x)
+    bisect = lambda x: keys(x) >= sampling.bisect_threshold(keys(x), x, jnp.asarray(top_p))
     runs[('bisection', n)] = functools.partial(_loop(bisect, steps), probs)
   seconds = timing.round_robin(runs, rounds)
   return {key: float(np.median(s)) / steps * 1e6 for key, s in seconds.items()}
@@ -142,7 +142,7 @@ def main() -> None:
   caps = sorted(set(args.caps))
   print(f'Share of positions whose {caps} largest probabilities hold less than top_p '
         f'{args.top_p} (T = {args.temperature}, teacher-forced on the references of '
-        f'{len(examples)} Multi30k test sentences; sampling._TOP_P_CAP = {sampling._TOP_P_CAP}):\n')
+        f'{len(examples)} Multi30k test sentences; sampling.TOP_P_CAP = {sampling.TOP_P_CAP}):\n')
   print('| model | ' + ' | '.join(f'k = {cap}' for cap in caps) + ' |')
   print('| --- | ' + ' | '.join('---' for _ in caps) + ' |')
   share, window_share = {}, {}

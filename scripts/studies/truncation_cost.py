@@ -37,13 +37,13 @@ def _cases(vocab: int, rows: int, rng: np.random.Generator) -> dict:
   cases = {}
   for name, scale in (('top-p 0.9, flat', 0.5), ('top-p 0.9, peaked', 6.0)):
     logits = jnp.asarray(rng.standard_normal((rows, vocab)) * scale, jnp.float32)
-    cases[name] = (sampling._top_p_mask, (jax.nn.softmax(logits, -1), jnp.full((rows, 1), 0.9)))
+    cases[name] = (sampling.top_p_mask, (jax.nn.softmax(logits, -1), jnp.full((rows, 1), 0.9)))
   logits = jnp.asarray(rng.standard_normal((rows, vocab)), jnp.float32)
   plain = sampling.SamplingParams.create(1.0)  # softmax alone: no cut
   cases['softmax (T = 1, no cut)'] = (lambda x, _: sampling.adjust_sampled(x, plain),
                                       (logits, None))
   for k in (40, 1000):
-    cases[f'top-k {k}'] = (sampling._top_k_mask, (logits, jnp.full((rows, 1), k, jnp.int32)))
+    cases[f'top-k {k}'] = (sampling.top_k_mask, (logits, jnp.full((rows, 1), k, jnp.int32)))
   return cases
 
 
