@@ -136,16 +136,29 @@ def test_bad_folders_are_errors_naming_the_problem(folders, tmp_path, capsys):
   big = tmp_path / 'big'
   shutil.copytree(folders['target'], big)
   _write_tokenizer(big, size=200)
+  quoted = tmp_path / 'quoted'  # config.json fields of the wrong JSON type or range
+  shutil.copytree(folders['target'], quoted)
+  stored = json.loads((quoted / 'config.json').read_text())
+  (quoted / 'config.json').write_text(json.dumps({**stored, 'num_hidden_layers': '2'}))
+  unknown_eos = tmp_path / 'unknown_eos'
+  shutil.copytree(folders['target'], unknown_eos)
+  (unknown_eos / 'config.json').write_text(json.dumps({**stored, 'eos_token_id': 500}))
   for bindings, message in (
       ([f"TARGET_CHECKPOINT='{several}'"], r'lists several EOS ids \[\d+, 2\].*--gin.EOS_ID'),
       ([f"DRAFT_CHECKPOINT='{other}'"], 'different tokenizer.json files'),
       ([f"TARGET_CHECKPOINT='{big}'"], "has 200 ids but the models' vocab_size is 128"),
       ([f"TARGET_CHECKPOINT='{tmp_path / 'absent'}'"], 'no Hugging Face config.json at'),
+      ([f"TARGET_CHECKPOINT='{quoted}'"],
+       rf"^error: ValueError: {quoted}/config.json: field num_hidden_layers must be a positive "
+       r"integer, got '2' \(a JSON string: drop the quotes\) \(gin: target/from_hf\)$"),
+      ([f"DRAFT_CHECKPOINT='{unknown_eos}'"],
+       rf'^error: ValueError: {unknown_eos}/config.json: field eos_token_id must be a token id in '
+       r'0..vocab_size - 1 = 127 or a list of them \(or null\), got 500 \(gin: draft/from_hf\)$'),
       (["DTYPE='float16'"], 'dtype must be one of')):
     status, _ = run(folders, tmp_path, *bindings)
     assert status == 1, bindings
     error = capsys.readouterr().err
-    assert error.startswith('error: ') and re.search(message, error), error
+    assert error.startswith('error: ') and re.search(message, error, re.M), error
 
 
 def test_sentencepiece_tokenizers_add_bos_as_their_config_says(tmp_path):

@@ -6,6 +6,7 @@ PyTorch. Checkpoint folders are written here from our own parameters.
 
 import functools
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -191,6 +192,39 @@ def test_configs_of_other_models_are_refused(tmp_path, overrides, match):
   with pytest.raises(ValueError, match=match) as error:
     LlamaConfig.from_hf(directory)
   assert 'config.json' in str(error.value)
+
+
+@pytest.mark.parametrize('overrides, match', [
+    ({'tie_word_embeddings': 'false'},
+     r"field tie_word_embeddings must be true or false, got 'false' \(a JSON string: drop"),
+    ({'attention_bias': 0}, r'field attention_bias must be true or false, got 0'),
+    ({'eos_token_id': 500}, r'field eos_token_id must be a token id in 0..vocab_size - 1 = 127 '
+                            r'or a list of them \(or null\), got 500'),
+    ({'eos_token_id': [2, -1]}, r'field eos_token_id must be a token id .*got \[2, -1\]'),
+    ({'bos_token_id': 128}, r'field bos_token_id must be a token id in 0..vocab_size - 1 = 127 '
+                            r'\(or null\), got 128'),
+    ({'num_hidden_layers': '2'},
+     r"field num_hidden_layers must be a positive integer, got '2' \(a JSON string: drop"),
+    ({'vocab_size': 128.0}, r'field vocab_size must be a positive integer, got 128.0'),
+    ({'head_dim': 0}, r'field head_dim must be a positive integer, got 0'),
+    ({'rms_norm_eps': '1e-5'}, r"field rms_norm_eps must be a positive number, got '1e-5'"),
+    ({'rope_parameters': {'rope_type': 'default', 'rope_theta': 'big'}},
+     r"field rope_parameters.rope_theta must be a positive number, got 'big' \(a JSON string\)"),
+])
+def test_config_fields_of_the_wrong_type_or_range_name_the_file_and_field(tmp_path, overrides,
+                                                                           match):
+  directory = stubs.save_llama(stubs.llama_model(GQA, 0), tmp_path, **overrides)
+  with pytest.raises(ValueError, match=re.escape(os.path.join(directory, 'config.json')) + ': ' +
+                     match):
+    LlamaConfig.from_hf(directory)
+
+
+def test_config_ids_and_booleans_are_checked_when_built_directly():
+  with pytest.raises(ValueError,
+                     match=r'eos_token_ids must be a tuple of ids in 0..vocab_size - 1 = 127, got'):
+    LlamaConfig(**{**GQA.__dict__, 'eos_token_ids': (128,)})
+  with pytest.raises(ValueError, match=r"tie_word_embeddings must be True or False, got 'no'"):
+    LlamaConfig(**{**GQA.__dict__, 'tie_word_embeddings': 'no'})
 
 
 def test_checkpoints_that_do_not_fit_name_every_bad_array(tmp_path):

@@ -153,6 +153,21 @@ def _raised_inside(fn: Callable[..., Any], error: BaseException) -> bool:
   return any(frame.f_code is fn.__code__ for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
+# What gin appends to an error raised inside a configurable it calls.
+_GIN_CONTEXT = re.compile(r"\n\s*In call to configurable '([^']+)' \(.*?\)(?: in scope '([^']*)')?",
+                          re.S)
+
+
+def _without_gin_context(error: BaseException) -> str:
+  """`error`'s message, gin's "In call to configurable ..." lines cut to `(gin: scope/name)`."""
+  message = str(error)
+  match = _GIN_CONTEXT.search(message)
+  if not match:
+    return message
+  name, scope = match.group(1), match.group(2)
+  return f'{message[:match.start()]} (gin: {scope + "/" if scope else ""}{name})'
+
+
 def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, description: str,
         example: str) -> int:
   """Parses the flags, calls gin-configured `fn`; returns the exit status.
@@ -177,7 +192,7 @@ def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, descri
       if isinstance(e, ConfigError) or _raised_inside(fn, e):
         raise
       # gin built an argument (a config, a vocabulary) and that failed: a setting's fault.
-      raise ConfigError(f'{type(e).__name__}: {e}') from None
+      raise ConfigError(f'{type(e).__name__}: {_without_gin_context(e)}') from None
   except ConfigError as e:
     print(f'error: {e.message}', file=sys.stderr)
     return 1

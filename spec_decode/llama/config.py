@@ -70,6 +70,16 @@ class LlamaConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f'{name} must be a positive number, got {value!r}')
+    if not isinstance(self.tie_word_embeddings, bool):
+      raise ValueError(f'tie_word_embeddings must be True or False, got '
+                       f'{self.tie_word_embeddings!r}')
+    ids = {'bos_token_id': () if self.bos_token_id is None else (self.bos_token_id,),
+           'eos_token_ids': self.eos_token_ids}
+    for name, values in ids.items():
+      if not isinstance(values, tuple) or not all(_is_id(v, self.vocab_size) for v in values):
+        wanted = 'None or an id' if name == 'bos_token_id' else 'a tuple of ids'
+        raise ValueError(f'{name} must be {wanted} in 0..vocab_size - 1 = {self.vocab_size - 1}, '
+                         f'got {getattr(self, name)!r}')
     if self.dtype not in _DTYPES:
       raise ValueError(f'dtype must be one of {_DTYPES}, got {self.dtype!r}')
 
@@ -113,24 +123,84 @@ class LlamaConfig:
       raise ValueError(f'{file}: {e}') from None
 
 
+def _is_id(value: Any, vocab_size: int) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
+
+
+# config.json's fields: the JSON types each may hold (None: the field may be null or absent).
+_INTEGER, _NUMBER, _BOOLEAN = 'a positive integer', 'a positive number', 'true or false'
+_FIELDS = {
+    **dict.fromkeys(('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+                     'num_attention_heads', 'num_key_value_heads', 'head_dim'), _INTEGER),
+    **dict.fromkeys(('rms_norm_eps', 'rope_theta'), _NUMBER),
+    **dict.fromkeys(('tie_word_embeddings', 'attention_bias', 'mlp_bias'), _BOOLEAN),
+}
+
+
+def _check_field(key: str, value: Any, wanted: str) -> None:
+  """ValueError naming the field unless a present, non-null value is of JSON type `wanted`."""
+  if value is None:
+    return
+  if wanted == _BOOLEAN:
+    ok = isinstance(value, bool)
+  else:
+    ok = (not isinstance(value, bool) and isinstance(value, int if wanted == _INTEGER else
+                                                     (int, float)) and value > 0)
+  if not ok:
+    quoted = ''
+    if isinstance(value, str):
+      try:
+        quoted = ' (a JSON string: drop the quotes)' if _check_field(key, json.loads(value),
+                                                                     wanted) is None else ''
+      except ValueError:
+        quoted = ' (a JSON string)'
+    raise ValueError(f'field {key} must be {wanted}, got {value!r}{quoted}')
+
+
+def _token_ids(stored: dict[str, Any], key: str) -> tuple[int, ...]:
+  """The ids of field `key` (an id, a list of ids, or null), each in 0..vocab_size - 1."""
+  value = stored.get(key)
+  several = key == 'eos_token_id'  # HF allows a list there
+  values = () if value is None else tuple(value) if several and isinstance(value, list) else (
+      value,)
+  vocab_size = stored['vocab_size']
+  if not all(_is_id(v, vocab_size) for v in values):
+    raise ValueError(f'field {key} must be a token id in 0..vocab_size - 1 = {vocab_size - 1}'
+                     f'{" or a list of them" if several else ""} (or null), got '
+                     f'{value!r}')
+  return values
+
+
 def hf_fields(stored: dict[str, Any]) -> dict[str, Any]:
-  """The LlamaConfig fields of a parsed HF config dict (see `LlamaConfig.from_hf`)."""
+  """The LlamaConfig fields of a parsed HF config dict (see `LlamaConfig.from_hf`).
+
+  Raises:
+    ValueError: not a plain Llama config, or a field of the wrong JSON type or
+      range (a quoted number, a string for a boolean, an EOS id beyond the
+      vocabulary), the field named.
+  """
   model_type = stored.get('model_type')
   if model_type != 'llama':
     raise ValueError(f'model_type is {model_type!r}, not a Llama model (\'llama\')')
   architectures = stored.get('architectures') or [_ARCHITECTURE]
-  if _ARCHITECTURE not in architectures:
+  if not isinstance(architectures, list) or _ARCHITECTURE not in architectures:
     raise ValueError(f'architectures is {architectures!r}; only {_ARCHITECTURE} is supported')
   required = ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
               'num_attention_heads')
   missing = [key for key in required if stored.get(key) is None]
   if missing:
     raise ValueError(f'missing required key(s) {", ".join(missing)}')
+  rope = stored.get('rope_parameters') or {}
+  if not isinstance(rope, dict):
+    raise ValueError(f'field rope_parameters must be a JSON object (or null), got {rope!r}')
+  for key, wanted in _FIELDS.items():
+    _check_field(key, stored.get(key), wanted)
+  _check_field('rope_parameters.rope_theta', rope.get('rope_theta'), _NUMBER)
+  hidden_act = stored.get('hidden_act', 'silu')
   refused = {'attention_bias': bool(stored.get('attention_bias')),
              'mlp_bias': bool(stored.get('mlp_bias')),
              'rope_scaling': stored.get('rope_scaling') is not None,
-             'hidden_act': stored.get('hidden_act', 'silu') != 'silu'}
-  rope = stored.get('rope_parameters') or {}
+             'hidden_act': hidden_act != 'silu'}
   if rope.get('rope_type', rope.get('type', 'default')) != 'default':
     refused['rope_parameters'] = True
   wrong = [f'{key}={stored[key]!r}' for key, bad in refused.items() if bad]
@@ -138,14 +208,13 @@ def hf_fields(stored: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(f'{", ".join(wrong)}: only plain Llama is supported (no rope scaling, no '
                      'attention or MLP biases, SiLU activation)')
   heads = stored['num_attention_heads']
-  eos = stored.get('eos_token_id')
   return {
       **{key: stored[key] for key in required},
       'num_key_value_heads': stored.get('num_key_value_heads') or heads,
       'head_dim': stored.get('head_dim') or stored['hidden_size'] // heads,
       'rms_norm_eps': stored.get('rms_norm_eps', 1e-6),
       'rope_theta': rope.get('rope_theta', stored.get('rope_theta', 10000.0)),
-      'tie_word_embeddings': bool(stored.get('tie_word_embeddings', False)),
-      'bos_token_id': stored.get('bos_token_id'),
-      'eos_token_ids': tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
+      'tie_word_embeddings': stored.get('tie_word_embeddings', False) or False,
+      'bos_token_id': (_token_ids(stored, 'bos_token_id') or (None,))[0],
+      'eos_token_ids': _token_ids(stored, 'eos_token_id'),
   }
