@@ -8,7 +8,7 @@
 #   xxl_small_batch1  T5-XXL + T5-small, bfloat16, random weights, batch 1: baseline ms per token,
 #                     c, c_first, r(K) for K = 1..8, whole loops at gammas 3, 5, 7 (token) and 5
 #                     (block), compile seconds, peak memory, speedups at given alphas and at the
-#                     paper's Table 2 alphas (scripts/shape_walltime.py; alpha is an input)
+#                     paper's Table 2 alphas (scripts/studies/shape_walltime.py; alpha is an input)
 #   demo_pair         the bundled demo pair with its real weights (python -m spec_decode.demo):
 #                     alpha, measured and predicted speedup, greedy identity
 #   greedy_identity   the bundled pair's greedy outputs against the baseline's on 200 Multi30k
@@ -57,7 +57,7 @@ fi
 rm -f "$probe_err"
 if [[ $small == 1 ]]; then
   out=${out:-out/accelerator_check_small_${device}}
-  xxl=(scripts/shape_walltime.py --target nano --draft nano --vocab_size 256 --dtype float32 --input_len 8
+  xxl=(scripts/studies/shape_walltime.py --target nano --draft nano --vocab_size 256 --dtype float32 --input_len 8
        --max_decode_len 4 --repeats 1 --num_steps 2)
   b1=(--gammas 1 2 --block_gammas 1 --batch_size 1); b8=(--gammas 1 --batch_size 2)
   demo=(-m spec_decode.demo --n 1 --repeats 1)
@@ -65,7 +65,7 @@ if [[ $small == 1 ]]; then
   shares=(60 240 60 60)
 else
   out=${out:-docs/results/${device}_$(date -u +%Y-%m-%d)}
-  xxl=(scripts/shape_walltime.py --target xxl --draft small --dtype bfloat16 --input_len 64
+  xxl=(scripts/studies/shape_walltime.py --target xxl --draft small --dtype bfloat16 --input_len 64
        --max_decode_len 32 --repeats 3 --num_steps 16)
   b1=(--gammas 3 5 7 --block_gammas 5 --batch_size 1); b8=(--gammas 3 5 7 --batch_size 8)
   demo=(-m spec_decode.demo)

@@ -1,8 +1,10 @@
-"""Tests for spec_decode.harness.distill_ablation: its rows, resumption and report."""
+"""Tests for scripts/studies/distill_ablation.py: its rows, resumption and report."""
 
 import json
 
-from spec_decode.harness import distill_ablation
+from tests import script_runner
+
+distill_ablation = script_runner.load('studies/distill_ablation.py')
 
 
 def _result(name: str, alpha: float) -> dict:

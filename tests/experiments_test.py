@@ -1,4 +1,7 @@
-"""Tests for the harness experiments with tiny random T5 models (no timing assertions)."""
+"""Tests for the harness experiments and the studies' sweeps with tiny random T5 models.
+
+No timing assertions.
+"""
 
 import csv
 
@@ -9,20 +12,22 @@ import pytest
 from spec_decode import acceptance
 from spec_decode import data
 from spec_decode import drafts
-from spec_decode.harness import batch_sweep
-from spec_decode.harness import beam_sweep
-from spec_decode.harness import draft_length_sweep
 from spec_decode.harness import experiments
-from spec_decode.harness import lenience_sweep
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import step_costs
-from spec_decode.harness import verification_sweep
 from spec_decode.harness import walltime
 from spec_decode import models
 from spec_decode import theory
 from spec_decode.t5 import t5_1_1
+from tests import script_runner
 from tests import tolerances
+
+batch_sweep = script_runner.load('studies/batch_walltime.py')
+beam_sweep = script_runner.load('studies/beam.py')
+draft_length_sweep = script_runner.load('studies/draft_length.py')
+lenience_sweep = script_runner.load('studies/lenience.py')
+verification_sweep = script_runner.load('studies/verification.py')
 
 VOCAB = 8192  # the bundled tokenizer's: the experiments read the bundled data
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
@@ -55,7 +60,7 @@ def test_lenience_experiment_writes_table_5(target, tmp_path):
   for row in rows:
     assert 0 <= row['alpha'] <= 1 and 1 <= row['tokens_per_call'] <= 3
     assert row['speedup'] > 0 and 'bleu_speculative' in row and len(row['accept_histogram']) == 3
-  md, csv_path = lenience_sweep.write_lenience_report(tmp_path, rows, notes='`the command`')
+  md, csv_path = lenience_sweep.write_report(tmp_path, rows, notes='`the command`')
   text = md.read_text()
   assert '`the command`' in text and 'no (not p)' in text and lenience_sweep.LENIENCE_CAVEAT in text
   assert text.count('\n| ') == 2 + len(rows)  # header, rule, one line per l
@@ -67,11 +72,11 @@ def test_lenience_experiment_writes_table_5(target, tmp_path):
 
 
 def test_ratio_stderr_by_hand():
-  ratio, stderr = verification_sweep.ratio_stderr(np.array([4, 6, 2]), np.array([2, 2, 2]))
+  ratio, stderr = experiments.ratio_stderr(np.array([4, 6, 2]), np.array([2, 2, 2]))
   assert ratio == pytest.approx(2.0)
   # residuals t - 2c = 0, 2, -2: sqrt(8 / (3 * 2)) / mean(c) = sqrt(4 / 3) / 2.
   assert stderr == pytest.approx(np.sqrt(4 / 3) / 2)
-  assert np.isnan(verification_sweep.ratio_stderr(np.array([3]), np.array([1]))[1])
+  assert np.isnan(experiments.ratio_stderr(np.array([3]), np.array([1]))[1])
 
 
 def test_verification_experiment_compares_token_and_block(target, tmp_path):
@@ -129,7 +134,7 @@ def test_batch_walltime_experiment_with_prompt_lookup(target, tmp_path):
     assert row['baseline_tokens_per_s'] > 0 and row['speculative_tokens_per_s'] > 0
     assert 0 < row['speculative_utilisation'] <= 1 and row['tokens_per_call'] >= 1
   assert rows[0]['speculative_utilisation'] == 1.0  # batch 1 never waits for another row
-  md, csv_path, png = batch_sweep.write_batch_report(tmp_path, rows, notes='`the command`')
+  md, csv_path, png = batch_sweep.write_report(tmp_path, rows, notes='`the command`')
   assert png.read_bytes()[:8] == PNG_MAGIC
   assert '`the command`' in md.read_text() and '| 4 |' in md.read_text()
   with open(csv_path) as f:

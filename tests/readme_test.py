@@ -30,11 +30,12 @@ SMALL = {
     'scripts/theory.py': [],
     'scripts/measure_alpha.py': ['--n', '2', '--max_decode_len', '8', '--temperatures', '0'],
     'scripts/lm_alpha.py': ['--n', '2', '--max_decode_len', '4'],
-    'scripts/lenience.py': ['--n', '1', '--lenience', '1', '0.5', '--max_decode_len', '8',
-                            '--repeats', '1'],
-    'scripts/shape_walltime.py': ['--target', 'nano', '--draft', 'nano', '--vocab_size', '256',
-                                  '--input_len', '8', '--max_decode_len', '8', '--gammas', '2',
-                                  '--alphas', '0.5', '--repeats', '1', '--batch_size', '1'],
+    'scripts/studies/lenience.py': ['--n', '1', '--lenience', '1', '0.5', '--max_decode_len',
+                                    '8', '--repeats', '1'],
+    'scripts/studies/shape_walltime.py': ['--target', 'nano', '--draft', 'nano', '--vocab_size',
+                                          '256', '--input_len', '8', '--max_decode_len', '8',
+                                          '--gammas', '2', '--alphas', '0.5', '--repeats', '1',
+                                          '--batch_size', '1'],
 }
 
 

@@ -1,4 +1,5 @@
-"""Tests for spec_decode.harness.shapes and scripts/accelerator_check.sh (CPU, tiny shapes)."""
+"""Tests for spec_decode.harness.shapes, its report (scripts/studies/shape_walltime.py) and
+scripts/accelerator_check.sh (CPU, tiny shapes)."""
 
 import json
 import os
@@ -11,10 +12,11 @@ import numpy as np
 import pytest
 
 from spec_decode.harness import shapes
-from spec_decode.harness import shapes_report
 from spec_decode import theory
+from tests import script_runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+shape_walltime = script_runner.load('studies/shape_walltime.py')
 # What the accelerator image lacks (and what the check must not need): the script must run
 # without any of it. tqdm, which the demo stages import, travels in build/device_site; sacrebleu
 # is on the image.
@@ -96,9 +98,9 @@ def test_report_rebuilds_from_its_json(tmp_path):
                             repeats=3)
   for row in record['loops']:
     row.update(compile_s=1.0, iterations=32)
-  paths = shapes_report.write_report(tmp_path, record, 'python scripts/shape_walltime.py')
+  paths = shape_walltime.write_report(tmp_path, record, 'python scripts/studies/shape_walltime.py')
   text = paths[0].read_text()
-  assert text.startswith(shapes_report.ALPHA_IS_INPUT)
+  assert text.startswith(shape_walltime.ALPHA_IS_INPUT)
   assert '| gamma 2 | 1.0 | 15.000 |' in text and 'T5-small' in text
   assert json.loads(paths[1].read_text())['table'] == record['table']
   assert {p.name for p in paths} >= {'loops.csv', 'speedup.csv', 'r_vs_k.png'}
@@ -130,7 +132,7 @@ def test_accelerator_check_small_runs_without_the_absent_packages(tmp_path):
   assert text.count(' | ok |') == 4
   for run in ('xxl_small_batch1', 'xxl_small_batch8'):
     text = (index.parent / run / 'report.md').read_text()
-    assert text.startswith(shapes_report.ALPHA_IS_INPUT) and '(no plots: ' in text
+    assert text.startswith(shape_walltime.ALPHA_IS_INPUT) and '(no plots: ' in text
     result = json.loads((index.parent / run / 'results.json').read_text())
     assert [row['loop'] for row in result['loops']][0] == 'baseline'
     if run.endswith('1'):  # block verification's loop is timed beside token verification's

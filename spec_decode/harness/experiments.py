@@ -5,8 +5,9 @@ alpha on the inputs and chooses gamma by eq. (5) with the measured r and
 c_first; then it times every setting's baseline and speculative decoders at
 batch 1 in one interleaved run, and scores the outputs (BLEU or ROUGE). Its
 records feed `report.write_report`. The draft is a T5Model or any provider of
-`spec_decode.drafts` (`draft_provider` builds one by name); `task_inputs` and
-`output_quality` are shared with the lenience and batch sweeps.
+`spec_decode.drafts` (`draft_provider` builds one by name); `task_inputs`,
+`output_quality`, `tokens_per_second` and `ratio_stderr` serve the studies of
+scripts/studies/ too.
 """
 
 import dataclasses
@@ -260,9 +261,21 @@ def add_knob_ratios(rows: list[dict]) -> None:
 
 
 def tokens_per_second(decoded: walltime.Decoded) -> float:
+  """Generated tokens over the seconds the decodes took, summed over the inputs."""
   return decoded.generated / decoded.total_s
 
 
-def metric_cells(row: dict) -> str:
-  return ', '.join(f'{m} {row[m + "_baseline"]:.1f} / {row[m + "_speculative"]:.1f}'
-                   for m in row['metrics'].split())
+def ratio_stderr(tokens: np.ndarray, calls: np.ndarray) -> tuple[float, float]:
+  """sum(tokens) / sum(calls) over rows and its standard error (delta method).
+
+  Args:
+    tokens: [M] generated tokens per row.
+    calls: [M] target calls per row.
+  """
+  tokens, calls = np.asarray(tokens, np.float64), np.asarray(calls, np.float64)
+  ratio = tokens.sum() / calls.sum()
+  m = len(tokens)
+  if m < 2:
+    return float(ratio), float('nan')
+  residual = tokens - ratio * calls
+  return float(ratio), float(np.sqrt(np.sum(residual ** 2) / (m * (m - 1))) / calls.mean())

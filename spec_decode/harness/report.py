@@ -56,6 +56,27 @@ def write_csv(path: pathlib.Path, rows: Sequence[Row]) -> None:
                        for k, v in row.items()})
 
 
+def write_tables(out_dir: str | pathlib.Path, name: str, sections: Sequence[str],
+                 rows: Sequence[Row]) -> list[pathlib.Path]:
+  """A study's <name>.md (its Markdown sections) and <name>.csv (its rows).
+
+  Args:
+    out_dir: created if missing; files of the same names are replaced.
+    name: the files' stem.
+    sections: Markdown joined by blank lines; empty ones (e.g. no notes) are left out.
+    rows: the CSV's records (`write_csv`).
+
+  Returns:
+    [the .md path, the .csv path].
+  """
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  paths = [out / f'{name}.md', out / f'{name}.csv']
+  paths[0].write_text('\n\n'.join(s for s in sections if s) + '\n', encoding='utf-8')
+  write_csv(paths[1], rows)
+  return paths
+
+
 def knobs_label(row: Row) -> str:
   """'T=1', 'T=1 top_k=40', 'T=1 top_p=0.9 (q untruncated)': a row's sampling knobs."""
   label = f'T={row["temperature"]:g}'
@@ -77,7 +98,8 @@ def _slug(group: tuple[str, str, str]) -> str:
   return re.sub(r'[^A-Za-z0-9_.-]+', '-', f'{task}_{draft}_{knobs.replace("=", "")}').strip('-')
 
 
-def _quality(row: Row) -> str:
+def quality_cell(row: Row) -> str:
+  """'bleu 30.1 / 29.8': each metric of the row, baseline / speculative ('-' without any)."""
   return ', '.join(f'{m} {row[m + "_baseline"]:.1f} / {row[m + "_speculative"]:.1f}'
                    for m in row.get('metrics', '').split()) or '-'
 
@@ -161,7 +183,7 @@ WALLTIME_COLUMNS: tuple[Column, ...] = (
                + (f'{r["positional_tokens_per_call"]:.2f})' if 'positional_tokens_per_call' in r
                   else '-)')),
     ('greedy identical', identical_cell),
-    ('quality: baseline / speculative', _quality),
+    ('quality: baseline / speculative', quality_cell),
 )
 
 

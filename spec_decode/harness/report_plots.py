@@ -1,7 +1,7 @@
 """The walltime report's plots: r(K), speedup against gamma, tokens per call.
 
 matplotlib is imported inside `figure`, so that a report's tables need only
-numpy (accelerator images may lack matplotlib; see `shapes_report`).
+numpy (accelerator images may lack matplotlib; see scripts/studies/shape_walltime.py).
 """
 
 import pathlib
@@ -27,7 +27,7 @@ def figure(size: tuple[float, float]):
   """A matplotlib Figure on the Agg canvas (no pyplot state).
 
   matplotlib is imported here, so that the tables of a report need only numpy
-  (accelerator images may lack matplotlib; see `shapes_report`).
+  (accelerator images may lack matplotlib; see scripts/studies/shape_walltime.py).
   """
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
