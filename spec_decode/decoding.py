@@ -150,8 +150,8 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
       0-padded (as T5X's decoder prompts); they are part of the output.
     eos_id: the token that ends a row.
     check_finite: static, on by default; stop a row whose logits are not
-      finite and flag it in DecodeOutput.nonfinite. False saves one
-      reduction per step, and a non-finite logit then silently decodes as
+      finite and flag it in DecodeOutput.nonfinite. False saves two
+      reductions per step, and a non-finite logit then silently decodes as
       token V - 1.
 
   Returns:
@@ -207,7 +207,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     eos_id: the token that ends a row.
     check_finite: static, on by default; stop a row whose target or draft
       logits are not finite and flag it in DecodeOutput.nonfinite.
-      False saves one reduction per model call, and a non-finite logit then
+      False saves two reductions per model call, and a non-finite logit then
       silently decodes as token V - 1.
 
   Returns:

@@ -84,11 +84,19 @@ def nonfinite_rows(logits: jax.Array) -> jax.Array:
   """[B, ..., V] -> [B] bool: the row's logits hold a NaN or +inf, or a position's are all -inf.
 
   -inf alone is a mask (a token the model rules out, as drafts.PromptLookupDraft
-  writes), so it passes while some token at the position stays finite. The
-  maximum over V is NaN, +inf or -inf exactly in the flagged cases: one float
-  reduction per position, vectorized on XLA:CPU, where a boolean `all` over
-  isfinite cost ~10% of a greedy baseline step at batch 8
-  (scripts/studies/check_finite_cost.py).
+  writes), so it passes while some token at the position stays finite.
+
+  Two float reductions per position, each vectorized on XLA:CPU (where a
+  boolean `all` over isfinite of every logit cost ~10% of a greedy baseline
+  step at batch 8, scripts/studies/check_finite_cost.py): the sum over V is
+  NaN wherever a NaN is, on any backend (addition propagates NaN), and the
+  maximum is +inf where a +inf is and -inf where all are. The maximum alone
+  misses NaN: XLA:CPU's vectorized max drops a NaN among finite values, and
+  backends differ in whether max propagates NaN. A sum of finite logits may
+  overflow to +-inf but not to NaN (short of logits near float32's largest
+  of both signs at once), so finite logits pass.
   """
-  top = jnp.max(logits, axis=-1).reshape(logits.shape[0], -1)  # [B, positions]
-  return ~jnp.all(jnp.isfinite(top), axis=-1)
+  positions = (logits.shape[0], -1)
+  top = jnp.max(logits, axis=-1).reshape(positions)
+  total = jnp.sum(logits, axis=-1, dtype=jnp.float32).reshape(positions)
+  return jnp.any(~jnp.isfinite(top) | jnp.isnan(total), axis=-1)

@@ -6,7 +6,10 @@ cases.json maps a case name to {"flags": [...]} and optionally
   "signal": [signum, path, records]  send this process signum once the file
                                      at path holds that many lines;
   "max_file_bytes": n                files may not grow past n bytes (a full
-                                     disk: writes fail with EFBIG).
+                                     disk: writes fail with EFBIG);
+  "env": {"NAME": "value", ...}      environment variables set for the case
+                                     (SPEC_DECODE_CPU_KERNELS is read when a
+                                     function is traced: each run traces anew).
 Prints {"name": {"rc": int, "stderr": str}, ...}; rc is None, and stderr ends
 with the traceback, when `main` raised. Each case starts from a clear gin
 config. One process for all cases saves the ~10 s every decode.py process
@@ -46,6 +49,20 @@ def _signal_when(signum: int, path: str, records: int) -> threading.Event:
 
 
 @contextlib.contextmanager
+def _environment(values: dict[str, str]):
+  saved = {name: os.environ.get(name) for name in values}
+  os.environ.update(values)
+  try:
+    yield
+  finally:
+    for name, value in saved.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+
+
+@contextlib.contextmanager
 def _file_size_limit(limit: int | None):
   if limit is None:
     yield
@@ -68,7 +85,8 @@ def main() -> None:
     gin.clear_config()
     stop = _signal_when(*case['signal']) if 'signal' in case else threading.Event()
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), _file_size_limit(case.get('max_file_bytes')):
+    with (contextlib.redirect_stderr(stderr), _file_size_limit(case.get('max_file_bytes')),
+          _environment(case.get('env', {}))):
       try:
         rc = infer.main(case['flags'])
       except Exception:  # pylint: disable=broad-except; reported as this case's result

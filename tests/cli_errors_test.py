@@ -36,6 +36,11 @@ def files(tmp_path_factory):
   target = models.T5Model.random(t5_1_1('tiny', vocab_size=8192), jax.random.key(0))
   checkpoints.write_t5x(str(d / 'target'), target.params)
   checkpoints.write_t5x(str(d / 'nan'), jax.tree.map(lambda x: x * float('nan'), target.params))
+  # One +inf column in the output layer: its logit is NaN (inf times mixed signs) or inf.
+  params = jax.tree.map(lambda x: x, target.params)
+  params['decoder']['logits_dense']['kernel'] = (
+      params['decoder']['logits_dense']['kernel'].at[:, 100].set(float('inf')))
+  checkpoints.write_t5x(str(d / 'inf_column'), params)
   # A checkpoint that records another vocabulary of the same size (another training's).
   checkpoints.write_t5x(str(d / 'other_vocabulary'), target.params, vocabulary=data.VOCAB_PATH)
   record = d / 'other_vocabulary' / checkpoints.SIDECAR
@@ -90,6 +95,13 @@ CASES = {
                                     '(--gin_file=runs/sharded/mesh.gin uses it)'),
     'nan_logits': (["--gin.TARGET_CHECKPOINT='{d}/nan'"],
                    'input line(s) 1, 2: a model returned NaN or infinite logits'),
+    # XLA:CPU's vectorized max drops a NaN among finite logits: the check sums them too.
+    **{f'inf_column_{mode}_kernels_{switch}': (
+        ["--gin.TARGET_CHECKPOINT='{d}/inf_column'", *flags],
+        'input line(s) 1, 2: a model returned NaN or infinite logits')
+       for mode, flags in (('greedy', []), ('sampled', ['--gin.TEMPERATURE=1.0']),
+                           ('beam', ["--gin.DECODE='beam'"]))
+       for switch in ('0', '1')},
     # The corrupt checkpoint shows the output is checked before any model is loaded.
     'missing_output_directory': (["--gin.OUTPUT_FILE='{d}/missing/out.jsonl'",
                                   "--gin.TARGET_CHECKPOINT='{d}/corrupt'"],
@@ -233,7 +245,8 @@ def _stopped_case(files, name: str) -> dict:
 @pytest.fixture(scope='module')
 def results(files, tmp_path_factory):
   cases = {name: {'flags': [f'--gin_file={files / "decode.gin"}',
-                            *(f.format(d=files) for f in flags)]}
+                            *(f.format(d=files) for f in flags)],
+                  'env': {'SPEC_DECODE_CPU_KERNELS': name[-1]} if '_kernels_' in name else {}}
            for name, (flags, _) in CASES.items()}
   cases.update({name: _stopped_case(files, name) for name in STOPPED})
   path = tmp_path_factory.mktemp('driver') / 'cases.json'
