@@ -56,6 +56,8 @@ def files(tmp_path_factory):
   (d / 'fields.jsonl').write_text('{"inputs": "A dog.", "line": 7, "batch": "b1"}\n')
   (d / 'beam_fields.jsonl').write_text('{"inputs": "A dog.", "score": 0.5, "beams": []}\n')
   (d / 'blank.txt').write_text('One.\n\nTwo.\n')
+  (d / 'invisible.txt').write_text('One.\n\u200b\u200b\u200b\n', encoding='utf-8')
+  (d / 'surrogate.jsonl').write_text('{"inputs": "A dog."}\n{"inputs": "A \\ud800 dog."}\n')
   (d / 'broken.jsonl').write_text('{"inputs": "A dog."}\n{"inputs": "A cat.",\n')
   (d / 'empty.txt').write_bytes(b'\xef\xbb\xbf')
   (d / 'many.txt').write_text('A man is riding a bicycle.\n' * 300)
@@ -146,6 +148,13 @@ CASES = {
     'broken_json_line': (["--gin.INPUT_FILE='{d}/broken.jsonl'"],
                          '{d}/broken.jsonl line 2: not valid JSON (Expecting property name '
                          'enclosed in double quotes at column 21)'),
+    # SentencePiece drops zero-width spaces: the line would decode from EOS alone.
+    'invisible_line': (["--gin.INPUT_FILE='{d}/invisible.txt'"],
+                       "{d}/invisible.txt line 2: the input '\\u200b\\u200b\\u200b' is no token of "
+                       'the vocabulary (only spaces or invisible characters)'),
+    'lone_surrogate': (["--gin.INPUT_FILE='{d}/surrogate.jsonl'"],
+                       '{d}/surrogate.jsonl line 2: field "inputs" holds a lone UTF-16 surrogate '
+                       "'\\ud800' at character 3"),
     'empty_input_file': (["--gin.INPUT_FILE='{d}/empty.txt'"],
                          'input file {d}/empty.txt is empty: it needs one input per line'),
     # Memory: caches of 16 TB fail before compiling, naming the settings and the limit.

@@ -61,6 +61,63 @@ def test_bad_input_files_name_the_line(tmp_path, data, message):
     _read(tmp_path, data)
 
 
+class _DroppingVocabulary(_CharVocabulary):
+  """Drops what it has no piece for, as SentencePiece drops a zero-width space; `bos` first."""
+
+  def __init__(self, bos=()):
+    self.bos = list(bos)
+
+  def encode(self, text):
+    text.encode('utf-8')  # as SentencePiece, no lone surrogates
+    return self.bos + [2 + ord(c) % 254 for c in text if c.isprintable() and not c.isspace()]
+
+
+@pytest.mark.parametrize('bos', [(), (5,)])
+@pytest.mark.parametrize('prefix', ['', 'translate: '])
+@pytest.mark.parametrize('data', ['one\n\u200b\u200b \u200b\n', '{"inputs": "\\u200b\\ufeff"}\n'])
+def test_inputs_that_encode_to_no_token_name_the_line(tmp_path, bos, prefix, data):
+  path = tmp_path / 'inputs.txt'
+  path.write_text(data, encoding='utf-8')
+  line = data.count('\n')
+  with pytest.raises(ConfigError, match=rf"inputs.txt line {line}: the input '\\u200b.* is no "
+                                        'token of the vocabulary'):
+    jsonl.read_examples(str(path), _DroppingVocabulary(bos), input_prefix=prefix,
+                        max_input_len=64)
+  path.write_text('one\n\u200btwo\n', encoding='utf-8')  # some text left: decoded
+  examples = jsonl.read_examples(str(path), _DroppingVocabulary(bos), input_prefix=prefix,
+                                 max_input_len=64)
+  assert [e.fields['inputs'] for e in examples] == ['one', '\u200btwo']
+
+
+@pytest.mark.parametrize('data, message', [
+    (b'{"inputs": "A dog \\ud800."}\n',
+     r'line 1: field "inputs" holds a lone UTF-16 surrogate \'\\ud800\' at character 7'),
+    (b'{"inputs": "A dog.", "meta": {"id": ["x", "\\udc00"]}}\n',
+     r'line 1: field "meta.id\[1\]" holds a lone UTF-16 surrogate'),
+    (b'one\n{"inputs": "A dog.", "\\ud83d": 1}\n', r'line 2: holds a lone UTF-16 surrogate'),
+])
+def test_lone_surrogates_in_json_lines_name_the_line_and_field(tmp_path, data, message):
+  with pytest.raises(ConfigError, match=message):
+    _read(tmp_path, data)
+
+
+def test_a_lone_surrogate_in_the_prefix_or_a_failing_tokenizer_is_named(tmp_path):
+  path = tmp_path / 'inputs.txt'
+  path.write_text('one\ntwo\n')
+  with pytest.raises(ConfigError, match=r'input_prefix \(INPUT_PREFIX in gin\): holds a lone'):
+    jsonl.read_examples(str(path), _CharVocabulary(), input_prefix='\ud800', max_input_len=64)
+
+  class Failing(_CharVocabulary):
+    def encode(self, text):
+      if text == 'two':
+        raise RuntimeError('Unable to cast Python instance')
+      return super().encode(text)
+
+  with pytest.raises(ConfigError, match=r'inputs.txt line 2: the tokenizer cannot encode it '
+                                        r'\(RuntimeError: Unable to cast Python instance\)'):
+    jsonl.read_examples(str(path), Failing(), max_input_len=64)
+
+
 def test_a_new_run_removes_an_earlier_output_and_says_so(tmp_path, capsys):
   path = tmp_path / 'out.jsonl'
   path.write_text('{"output": "of an earlier run"}\n')

@@ -2,8 +2,10 @@
 
 Input: one example per line (LF, CRLF or CR), UTF-8 (a leading byte order mark
 dropped), plain text or a JSON object with a non-blank string "inputs" field; a
-blank line, an empty file or a line that starts like JSON but is not an object
-with "inputs" is an error naming the file and line. Output: one JSON record per example,
+blank line, an empty file, a line that starts like JSON but is not an object
+with "inputs", an input that is no token of the vocabulary (invisible
+characters only) or a JSON string holding a lone UTF-16 surrogate is an error
+naming the file and line. Output: one JSON record per example,
 written to `<output>.incomplete` and renamed to `<output>` only once every
 record is in; a run that fails or is interrupted leaves no `<output>`, and the
 records it did write stay in `<output>.incomplete`.
@@ -77,9 +79,13 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
     ConfigError: naming the file (and line): a missing or empty file, a blank
       line, a line that is not UTF-8, a JSON line that does not parse or is
       not an object with a non-blank string "inputs", a JSON object with an
-      output field, an input over max_input_len.
+      output field, an input over max_input_len, an input that encodes to
+      no token (zero-width spaces), a string with a lone surrogate (a JSON
+      \\ud800 escape; in input_prefix too), an input the tokenizer fails on.
   """
   name = 'stdin' if path == '-' else path
+  _check_text(input_prefix, 'input_prefix (INPUT_PREFIX in gin)')
+  nothing = _encode(vocabulary, '', 'an empty text')  # what a tokenizer adds to any text (BOS)
   examples = []
   with _open_input(path) as f:
     for line_number, raw in enumerate(_lines(f), start=1):
@@ -96,7 +102,13 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
       if clashes:
         raise ConfigError(f'{where}: the input field(s) {", ".join(map(repr, clashes))} would be '
                           'overwritten by the output field of that name: rename them')
-      tokens = list(vocabulary.encode(input_prefix + fields['inputs'])) + [EOS_ID] * eos
+      text = fields['inputs']
+      tokens = _encode(vocabulary, input_prefix + text, where)
+      alone = _encode(vocabulary, text, where) if input_prefix else tokens
+      if alone == nothing:
+        raise ConfigError(f'{where}: the input {_shown(text)} is no token of the vocabulary '
+                          '(only spaces or invisible characters): nothing to decode; remove it')
+      tokens += [EOS_ID] * eos
       if len(tokens) > max_input_len:
         if not truncate:
           raise ConfigError(
@@ -107,6 +119,43 @@ def read_examples(path: str, vocabulary: Any, *, input_prefix: str = '', max_inp
   if not examples:
     raise ConfigError(f'input file {name} is empty: it needs one input per line')
   return examples
+
+
+def _shown(text: str, limit: int = 40) -> str:
+  """`text` quoted with Python's escapes (invisible characters show), cut to `limit` characters."""
+  return ascii(text[:limit]) + ('...' if len(text) > limit else '')
+
+
+def _check_text(value: Any, where: str, field: str = '') -> None:
+  """ConfigError naming `where` (and the JSON field) for a string holding a lone surrogate.
+
+  JSON's \\ud800 escapes can spell half of a UTF-16 pair, which is no text:
+  no tokenizer encodes it and no UTF-8 output can hold it.
+  """
+  if isinstance(value, dict):
+    for key, item in value.items():
+      _check_text(key, where, field)
+      _check_text(item, where, f'{field}.{key}' if field else str(key))
+  elif isinstance(value, list):
+    for i, item in enumerate(value):
+      _check_text(item, where, f'{field}[{i}]')
+  elif isinstance(value, str):
+    try:
+      value.encode('utf-8')
+    except UnicodeEncodeError as e:
+      named = f' field "{field}"' if field else ''
+      raise ConfigError(f'{where}:{named} holds a lone UTF-16 surrogate '
+                        f'{ascii(value[e.start])} at character {e.start + 1} (a JSON \\u escape '
+                        'of half a pair): not text') from None
+
+
+def _encode(vocabulary: Any, text: str, where: str) -> list[int]:
+  """vocabulary.encode(text) as a list; ConfigError naming `where` if the tokenizer fails."""
+  try:
+    return list(vocabulary.encode(text))
+  except Exception as e:  # pylint: disable=broad-except; any tokenizer error is this input's
+    raise ConfigError(f'{where}: the tokenizer cannot encode it ({type(e).__name__}: '
+                      f'{str(e).splitlines()[0] if str(e) else ""})') from None
 
 
 def _lines(f: BinaryIO) -> Iterator[bytes]:
@@ -141,6 +190,7 @@ def _parse_line(line: str, where: str) -> dict[str, Any]:
     raise ConfigError(f'{where}: a JSON input needs a string "inputs" field')
   if not fields['inputs'].strip():
     raise ConfigError(f'{where}: the "inputs" field is blank: nothing to decode')
+  _check_text(fields, where)
   return fields
 
 
