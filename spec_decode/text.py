@@ -79,6 +79,11 @@ class Vocabulary:
   def __init__(self, sentencepiece_model_file: str | os.PathLike, extra_ids: int = 0):
     if isinstance(extra_ids, bool) or not isinstance(extra_ids, int) or extra_ids < 0:
       raise ValueError(f'extra_ids must be an integer >= 0, got {extra_ids!r}')
+    if not isinstance(sentencepiece_model_file, (str, os.PathLike)):
+      raise TypeError(f'sentencepiece_model_file (VOCABULARY_FILE in the command line\'s gin '
+                      f'files) must be the path of a SentencePiece model, got '
+                      f'{sentencepiece_model_file!r}; VOCABULARY_FILE = None goes with VOCABULARY '
+                      'bound to a vocabulary of another kind (a seqio.Vocabulary)')
     self.sentencepiece_model_file = os.fspath(sentencepiece_model_file)
     self.extra_ids = extra_ids
 

@@ -155,6 +155,12 @@ CASES = {
     'lone_surrogate': (["--gin.INPUT_FILE='{d}/surrogate.jsonl'"],
                        '{d}/surrogate.jsonl line 2: field "inputs" holds a lone UTF-16 surrogate '
                        "'\\ud800' at character 3"),
+    # Settings that would read an unknown value as a default, or fail naming nothing.
+    'kernels_switch_unknown': ([], "SPEC_DECODE_CPU_KERNELS='disabled': set it to 0 (XLA's "
+                                   'products and attention) or 1'),
+    'vocabulary_file_none': (['--gin.VOCABULARY_FILE=None'],
+                             "sentencepiece_model_file (VOCABULARY_FILE in the command line's gin "
+                             'files) must be the path of a SentencePiece model, got None'),
     'empty_input_file': (["--gin.INPUT_FILE='{d}/empty.txt'"],
                          'input file {d}/empty.txt is empty: it needs one input per line'),
     # Memory: caches of 16 TB fail before compiling, naming the settings and the limit.
@@ -227,6 +233,13 @@ CASES = {
 }
 
 
+# The environment of the cases that set it (each traces anew, so the kernels' switch applies).
+ENVIRONMENTS = {
+    **{name: {'SPEC_DECODE_CPU_KERNELS': name[-1]} for name in CASES if '_kernels_' in name},
+    'kernels_switch_unknown': {'SPEC_DECODE_CPU_KERNELS': 'disabled'},
+}
+
+
 # Runs over baseline.gin in batches of 1: interrupted by a real signal after two
 # records, or failing midway when the output may not grow past 2 KiB.
 STOPPED = {
@@ -255,7 +268,7 @@ def _stopped_case(files, name: str) -> dict:
 def results(files, tmp_path_factory):
   cases = {name: {'flags': [f'--gin_file={files / "decode.gin"}',
                             *(f.format(d=files) for f in flags)],
-                  'env': {'SPEC_DECODE_CPU_KERNELS': name[-1]} if '_kernels_' in name else {}}
+                  'env': ENVIRONMENTS.get(name, {})}
            for name, (flags, _) in CASES.items()}
   cases.update({name: _stopped_case(files, name) for name in STOPPED})
   path = tmp_path_factory.mktemp('driver') / 'cases.json'

@@ -145,3 +145,24 @@ def test_embedding_rows_are_take_s_as_float32_bitwise(dtype):
   want_grad = jax.grad(lambda t: jnp.sum(jnp.take(t, outside, axis=0).astype(jnp.float32) * dy))(
       table)
   np.testing.assert_array_equal(np.asarray(grad, np.float32), np.asarray(want_grad, np.float32))
+
+
+@pytest.mark.parametrize('value, on', [('0', False), ('false', False), (' OFF ', False),
+                                       ('no', False), ('1', True), ('true', True), ('on', True),
+                                       ('yes', True), ('', True), (None, True)])
+def test_the_switch_reads_its_documented_values(monkeypatch, value, on):
+  if value is None:
+    monkeypatch.delenv(kernels.SWITCH, raising=False)
+  else:
+    monkeypatch.setenv(kernels.SWITCH, value)
+  assert kernels.enabled() is on
+
+
+@pytest.mark.parametrize('value', ['disabled', '2', 'O'])
+def test_another_value_of_the_switch_is_an_error_naming_it(monkeypatch, value):
+  monkeypatch.setenv(kernels.SWITCH, value)
+  with pytest.raises(ValueError, match=rf"SPEC_DECODE_CPU_KERNELS='{value}': set it to 0 "):
+    kernels.enabled()
+  with pytest.raises(ValueError, match='SPEC_DECODE_CPU_KERNELS'):
+    jax.jit(lambda x: kernels.dot_general(x, x, (((1,), (0,)), ((), ()))))(jnp.ones((2, 2)))
+

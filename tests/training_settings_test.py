@@ -15,6 +15,7 @@ from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5.config import t5_1_1
 from spec_decode.training import checks
+from spec_decode.training import lm
 from spec_decode.training import tasks  # registers the demo tasks
 from spec_decode.training import train
 from spec_decode.training import whitebox
@@ -38,6 +39,16 @@ def test_a_bad_train_setting_is_named_with_its_value(name, value):
   with pytest.raises(ConfigError) as error:
     train.TrainConfig(**{name: value})
   assert f'TrainConfig.{name} = {value!r}: ' in str(error.value)
+
+
+@pytest.mark.parametrize('config', [train.TrainConfig, whitebox.WhiteboxConfig, lm.LMTrainConfig])
+def test_a_warmup_longer_than_the_run_is_refused(config):
+  # The learning rate would never reach its peak: 10 steps of a 1000-step warmup end at 1% of it.
+  with pytest.raises(ConfigError, match=rf'{config.__name__}.warmup_steps = 1000: must be at most '
+                                        r'num_steps = 10: .* this run would end at 0.01 of it'):
+    config(num_steps=10, warmup_steps=1000)
+  assert config(num_steps=10, warmup_steps=10).warmup_steps == 10
+  assert config(num_steps=10, warmup_steps=0).warmup_steps == 0
 
 
 def test_batch_tokens_must_hold_a_row_of_the_largest_bucket():

@@ -15,6 +15,7 @@ from spec_decode import api_checks
 from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode.cli.gin_utils import ConfigError
+from spec_decode import kernels
 from spec_decode.llama import LlamaConfig
 from spec_decode.llama import hf as llama_hf
 from spec_decode.t5.config import T5Config
@@ -75,7 +76,14 @@ _RANGES = {
 
 
 def check_settings(settings: dict[str, Any]) -> None:
-  """Raises ConfigError naming the setting (and its gin macro) of a wrong value."""
+  """Raises ConfigError naming the setting (and its gin macro) of a wrong value.
+
+  The environment's SPEC_DECODE_CPU_KERNELS too: a value other than 0 or 1.
+  """
+  try:
+    kernels.enabled()
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   for name, (types, wanted) in _SETTINGS.items():
     value = settings[name]
     numeric = wanted in (_INTEGER, _NUMBER)

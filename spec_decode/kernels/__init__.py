@@ -33,7 +33,9 @@ pass, and a row's (a query's) result does not depend on how many share the
 call.
 
   SPEC_DECODE_CPU_KERNELS=0   XLA's products and attention everywhere (read when a function
-                              is traced: set it before the process starts)
+                              is traced: set it before the process starts); 1 (or unset):
+                              the kernels. Any other value is an error naming the variable
+                              (also false/off/no and true/on/yes are accepted).
 
 `embed` looks up embedding rows as float32 (t5.layers.Embed computing in
 float32), a float32 or bfloat16 table, without XLA's threaded gather or its
@@ -66,9 +68,23 @@ PANEL_MAX_ROWS = 256  # products from panels: a step's rows, or an encoder's tok
 SWITCH = 'SPEC_DECODE_CPU_KERNELS'
 
 
+_OFF, _ON = ('0', 'false', 'off', 'no'), ('1', 'true', 'on', 'yes', '')
+
+
 def enabled() -> bool:
-  """False when the environment turns the kernels off (SPEC_DECODE_CPU_KERNELS=0)."""
-  return os.environ.get(SWITCH, '1').strip().lower() not in ('0', 'false', 'off', 'no')
+  """False when the environment turns the kernels off (SPEC_DECODE_CPU_KERNELS=0).
+
+  Raises:
+    ValueError: SPEC_DECODE_CPU_KERNELS holds another value than 0 or 1 (or
+      false/off/no, true/on/yes), which would otherwise read as one of them.
+  """
+  value = os.environ.get(SWITCH, '1')
+  if value.strip().lower() in _OFF:
+    return False
+  if value.strip().lower() in _ON:
+    return True
+  raise ValueError(f'{SWITCH}={value!r}: set it to 0 (XLA\'s products and attention) or 1 (the '
+                   'CPU kernels, the default), or unset it')
 
 
 @functools.cache

@@ -40,6 +40,15 @@ def number(owner: str, name: str, value: Any, *, positive: bool) -> None:
     fail(owner, name, value, f'must be a finite number {"> 0" if positive else ">= 0"}')
 
 
+def warmup(owner: str, warmup_steps: Any, num_steps: int) -> None:
+  """An integer in 0..num_steps: the learning rate rises linearly over warmup_steps."""
+  integer(owner, 'warmup_steps', warmup_steps, 0)
+  if warmup_steps > num_steps:
+    fail(owner, 'warmup_steps', warmup_steps,
+         f'must be at most num_steps = {num_steps}: the learning rate rises to its peak over '
+         f'warmup_steps, so this run would end at {num_steps / warmup_steps:.3g} of it')
+
+
 def buckets(owner: str, name: str, value: Any) -> None:
   """A non-empty, strictly increasing tuple of positive lengths."""
   ok = isinstance(value, (tuple, list)) and len(value) > 0
@@ -79,7 +88,7 @@ def common(cfg: Any, owner: str) -> None:
   if cfg.optimizer not in OPTIMIZERS:
     fail(owner, 'optimizer', cfg.optimizer, f'unknown optimizer; choose one of {OPTIMIZERS}')
   number(owner, 'learning_rate', cfg.learning_rate, positive=True)
-  integer(owner, 'warmup_steps', cfg.warmup_steps, 0)
+  warmup(owner, cfg.warmup_steps, cfg.num_steps)
   number(owner, 'weight_decay', cfg.weight_decay, positive=False)
   integer(owner, 'checkpoint_every', cfg.checkpoint_every, 1)
   integer(owner, 'seed', cfg.seed, 0)

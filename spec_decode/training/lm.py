@@ -34,6 +34,7 @@ from spec_decode import data
 from spec_decode import lm
 from spec_decode.t5.decoder_only import DecoderOnlyConfig, DecoderOnlyTransformer
 from spec_decode.text import EOS_ID
+from spec_decode.training import checks
 
 LENGTH_BUCKETS = (16, 32, 64)
 # split -> the bundled English files read for it
@@ -65,6 +66,10 @@ class LMTrainConfig:
   z_loss: float = 1e-4
   eval_every: int = 250
   seed: int = 0
+
+  def __post_init__(self):
+    checks.integer(type(self).__name__, 'num_steps', self.num_steps, 1)
+    checks.warmup(type(self).__name__, self.warmup_steps, self.num_steps)
 
 
 def sequences(split: str, max_len: int = LENGTH_BUCKETS[-1]) -> list[np.ndarray]:
