@@ -166,3 +166,36 @@ def test_another_value_of_the_switch_is_an_error_naming_it(monkeypatch, value):
   with pytest.raises(ValueError, match='SPEC_DECODE_CPU_KERNELS'):
     jax.jit(lambda x: kernels.dot_general(x, x, (((1,), (0,)), ((), ()))))(jnp.ones((2, 2)))
 
+
+_UNBUILT = textwrap.dedent("""
+    import warnings
+    import jax.numpy as jnp
+    import numpy as np
+    from spec_decode import kernels
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter('always')
+      x = jnp.arange(12.0).reshape(3, 4)
+      y = kernels.dot_general(x, x.T, (((1,), (0,)), ((), ())))
+    np.testing.assert_allclose(y, np.asarray(x) @ np.asarray(x).T)
+    print(kernels.in_use(), *[str(w.message) for w in caught], sep='\\n')
+""")
+
+
+@pytest.mark.parametrize('where', ['a_file', 'under_a_file', 'read_only', 'proc'])
+def test_an_unwritable_cache_folder_warns_and_uses_xla(tmp_path, where):
+  (tmp_path / 'file').write_text('not a folder')
+  folder = {'a_file': tmp_path / 'file', 'under_a_file': tmp_path / 'file' / 'cache',
+            'read_only': tmp_path / 'read_only', 'proc': '/proc/spec_decode_kernels'}[where]
+  if where == 'read_only':
+    if os.geteuid() == 0:
+      pytest.skip('root writes into a read-only folder')
+    folder.mkdir(mode=0o555)
+  env = {**os.environ, 'SPEC_DECODE_KERNEL_CACHE': str(folder), kernels.SWITCH: '1'}
+  run = subprocess.run([sys.executable, '-c', _UNBUILT], capture_output=True, text=True,
+                       env=env, timeout=300, check=False)
+  assert run.returncode == 0, run.stderr
+  in_use, message = run.stdout.splitlines()[:2]
+  assert in_use == 'False'
+  assert message.startswith("spec_decode CPU kernels unavailable, XLA's products are used "
+                            f'instead: cannot write the library to the cache folder {folder} '
+                            '($SPEC_DECODE_KERNEL_CACHE sets it): '), message

@@ -45,8 +45,9 @@ widening of a whole bfloat16 table.
 top-k's and top-p's truncation thresholds (distributions.cc), which
 `spec_decode.sampling` takes under the same switch.
 
-Where no compiler or no library is available the first product to want the
-kernel warns once and XLA's products are used.
+Where no compiler, no library or no writable cache folder is available (see
+`build`) the first product to want the kernel warns once and XLA's products
+are used.
 """
 
 import functools

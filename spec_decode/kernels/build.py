@@ -14,7 +14,9 @@ processes that build at once (test workers) each end with a whole library.
   python -m spec_decode.kernels   # builds now, prints the library's path
 
 Cache folder: $SPEC_DECODE_KERNEL_CACHE, else $XDG_CACHE_HOME/spec_decode
-(~/.cache/spec_decode).
+(~/.cache/spec_decode). One that cannot be written (a file in its place, a
+read-only folder) without the library in it is a BuildError, which
+`kernels.available` turns into a warning and XLA's products.
 """
 
 import ctypes
@@ -49,10 +51,13 @@ class BuildError(RuntimeError):
   """The kernels could not be compiled or loaded (the message says why)."""
 
 
+CACHE_VARIABLE = 'SPEC_DECODE_KERNEL_CACHE'
+
+
 def cache_dir() -> str:
   """Where built libraries are kept."""
-  if os.environ.get('SPEC_DECODE_KERNEL_CACHE'):
-    return os.environ['SPEC_DECODE_KERNEL_CACHE']
+  if os.environ.get(CACHE_VARIABLE):
+    return os.environ[CACHE_VARIABLE]
   base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
   return os.path.join(base, 'spec_decode')
 
@@ -91,15 +96,20 @@ def build() -> str:
   """Compiles the library unless it is cached; returns its path.
 
   Raises:
-    BuildError: no compiler, a compile error (its output quoted), or a compile
-      that took longer than COMPILE_TIMEOUT_S.
+    BuildError: no compiler, a cache folder it cannot write, a compile error
+      (its output quoted), or a compile that took longer than COMPILE_TIMEOUT_S.
   """
   cxx = compiler()
   path = library_path(cxx)
   if os.path.isfile(path):
     return path
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  handle, temporary = tempfile.mkstemp(suffix='.so', dir=os.path.dirname(path))
+  folder = os.path.dirname(path)
+  try:
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(suffix='.so', dir=folder)
+  except OSError as e:  # a file in the way, a read-only folder
+    raise BuildError(f'cannot write the library to the cache folder {folder} '
+                     f'(${CACHE_VARIABLE} sets it): {e.strerror or e}') from None
   os.close(handle)
   command = [cxx, *FLAGS, f'-I{jax.ffi.include_dir()}', *SOURCES, '-o', temporary]
   try:
@@ -110,6 +120,8 @@ def build() -> str:
     os.replace(temporary, path)
   except subprocess.TimeoutExpired:
     raise BuildError(f'compiling {", ".join(SOURCES)} took more than {COMPILE_TIMEOUT_S} s') from None
+  except OSError as e:  # the compiler could not run, or the folder turned unwritable
+    raise BuildError(f'building {path}: {e}') from None
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)
