@@ -170,6 +170,16 @@ def test_read_orbax(params, tmp_path):
   _assert_same_logits(checkpoints.load_params(str(tmp_path / 'checkpoint_3'), CONFIG), params)
 
 
+@pytest.mark.parametrize('relative', ['checkpoint_3', 'checkpoint_3/', './checkpoint_3/state',
+                                      'sub/../checkpoint_3'])
+def test_read_orbax_from_a_relative_path(params, tmp_path, monkeypatch, relative):
+  ocp.PyTreeCheckpointer().save(str(tmp_path / 'checkpoint_3' / 'state'), {'target': params})
+  (tmp_path / 'sub').mkdir()
+  monkeypatch.chdir(tmp_path)
+  assert checkpoints.checkpoint_format(relative) == 'orbax'
+  _assert_same_logits(checkpoints.load_params(relative, CONFIG), params)
+
+
 # --- Hugging Face ----------------------------------------------------------
 
 

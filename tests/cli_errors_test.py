@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import jax
+import orbax.checkpoint as ocp
 import pytest
 import sentencepiece
 
@@ -45,6 +46,7 @@ def files(tmp_path_factory):
   checkpoints.write_t5x(str(d / 'other_vocabulary'), target.params, vocabulary=data.VOCAB_PATH)
   record = d / 'other_vocabulary' / checkpoints.SIDECAR
   record.write_text(json.dumps(dict(json.loads(record.read_text()), sha256='0' * 64)))
+  ocp.PyTreeCheckpointer().save(str(d / 'orbax_target' / 'state'), {'target': target.params})
   (d / 'corrupt').mkdir()
   (d / 'corrupt' / 'checkpoint').write_bytes(b'not msgpack')  # loading it would fail
   sentencepiece.SentencePieceTrainer.train(
@@ -233,6 +235,15 @@ CASES = {
 }
 
 
+# Runs that must succeed (decode.gin, in the checkpoints' folder): the same target as a T5X
+# checkpoint and as an orbax one given by a relative path (orbax itself refuses relative paths).
+RUNS = {
+    't5x_absolute': ["--gin.TARGET_CHECKPOINT='{d}/target'", "--gin.DRAFT_CHECKPOINT='{d}/target'"],
+    'orbax_relative': ["--gin.TARGET_CHECKPOINT='orbax_target'",
+                       "--gin.DRAFT_CHECKPOINT='./orbax_target/'"],
+}
+
+
 # The environment of the cases that set it (each traces anew, so the kernels' switch applies).
 ENVIRONMENTS = {
     **{name: {'SPEC_DECODE_CPU_KERNELS': name[-1]} for name in CASES if '_kernels_' in name},
@@ -271,6 +282,10 @@ def results(files, tmp_path_factory):
                   'env': ENVIRONMENTS.get(name, {})}
            for name, (flags, _) in CASES.items()}
   cases.update({name: _stopped_case(files, name) for name in STOPPED})
+  cases.update({name: {'flags': [f'--gin_file={files / "decode.gin"}',
+                                 f"--gin.OUTPUT_FILE='{files / name}.jsonl'",
+                                 *(f.format(d=files) for f in flags)]}
+                for name, flags in RUNS.items()})
   path = tmp_path_factory.mktemp('driver') / 'cases.json'
   path.write_text(json.dumps(cases))
   run = subprocess.run([sys.executable, str(TESTS / 'cli_driver.py'), str(path)],
@@ -308,6 +323,16 @@ def test_stopped_run_leaves_no_output_and_says_what_it_wrote(name, files, result
   assert f"note: removed {out}, an earlier run's output" in result['stderr']
   assert [json.loads(r)['line'] for r in written.splitlines()[:2]] == [1, 2]
 
+
+
+def test_an_orbax_checkpoint_given_by_a_relative_path_decodes_as_its_t5x_copy(files, results):
+  for name in RUNS:
+    assert results[name]['rc'] == 0, results[name]['stderr']
+  records = {name: [json.loads(line) for line in (files / f'{name}.jsonl').read_text().splitlines()]
+             for name in RUNS}
+  assert [r['output_ids'] for r in records['orbax_relative']] == [
+      r['output_ids'] for r in records['t5x_absolute']]
+  assert len(records['t5x_absolute']) == 2
 
 
 @pytest.mark.parametrize('alpha', [float('nan'), float('inf'), -0.1, 10.5])

@@ -286,6 +286,8 @@ def read_orbax(path: str, dtype=None) -> Params:
     The parameter tree, numpy arrays; optimizer slots are not read.
   """
   path = os.fspath(path).rstrip('/')
+  if '://' not in path:  # orbax refuses a relative path
+    path = os.path.abspath(path)
   if 'state' in _entries(path):
     path = posixpath.join(path, 'state')
   checkpointer = ocp.PyTreeCheckpointer()
