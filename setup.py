@@ -1,4 +1,4 @@
-"""spec_decode: speculative decoding (Leviathan et al. 2023) for T5X-style T5 1.1 models."""
+"""spec_decode: speculative decoding (Leviathan et al. 2023) for T5X-style models and Llama."""
 
 import setuptools
 
@@ -29,14 +29,15 @@ EXTRAS = {
     # torch is pinned to the CPU wheel these machines keep on local disk.
     'hf': ['torch==2.13.0', 'transformers>=5.0'],
 }
+# Everything the README's test command needs: no test is skipped for a missing library.
 EXTRAS['test'] = (['pytest>=8', 'pytest-xdist>=3.8', 'nbclient>=0.10', 'nbformat>=5.10',
-                   'ipykernel>=6.29'] + EXTRAS['data'] + EXTRAS['harness'])
+                   'ipykernel>=6.29'] + EXTRAS['data'] + EXTRAS['harness'] + EXTRAS['hf'])
 EXTRAS['all'] = sorted({r for reqs in EXTRAS.values() for r in reqs})
 
 setuptools.setup(
     name='spec_decode',
     version='0.1.0',
-    description='Speculative decoding for T5 1.1 encoder-decoder models in JAX/Flax',
+    description='Speculative decoding for T5X-style, T5X decoder-only and Llama models in JAX/Flax',
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     python_requires='>=3.11',

@@ -16,7 +16,7 @@ import pathlib
 
 import jax
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
@@ -41,7 +41,7 @@ def main() -> None:
     task, _, split = spec.partition(':')
     examples = data.load_examples(task, split, args.n)
     inputs = loading.encode_texts([e['inputs'] for e in examples], args.max_input_len)
-    tokens, lengths = acceptance.generate_sequences(
+    tokens, lengths = alpha_lib.generate_sequences(
         model, inputs, sampling=sampling_lib.SamplingParams.create(),
         max_decode_len=args.max_decode_len, rng=jax.random.key(0),
         batch_size=args.batch_size, progress=True)

@@ -8,7 +8,7 @@ Prompts are the first PROMPT_TOKENS tokens of the first N English sentences of
 Multi30k test; the target continues each (greedy, or sampled with key
 fold_in(key(seed), i)) for at most MAX_DECODE_LEN tokens, and alpha is the mean
 of beta = sum_x min(p(x), q(x)) over the continuations' tokens
-(spec_decode.acceptance.measure_lm_alpha), with a cluster-robust standard
+(spec_decode.models.alpha.measure_alpha), with a cluster-robust standard
 error. The n-gram drafts are estimated from the training text
 (spec_decode.training.lm). Defaults: the bundled pair.
 """
@@ -21,10 +21,10 @@ import sys
 import jax
 import numpy as np
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
-from spec_decode import drafts
-from spec_decode import lm
+from spec_decode.models import drafts
+from spec_decode.models import decoder_only
 from spec_decode import sampling as sampling_lib
 from spec_decode.training import lm as lm_training
 
@@ -43,21 +43,21 @@ def main(argv=None) -> int:
   parser.add_argument('--out_dir')
   args = parser.parse_args(argv)
 
-  target = lm.load_bundled('lm_target', path=args.target)
-  draft = lm.load_bundled('lm_draft', path=args.draft)
+  target = decoder_only.load_bundled('lm_target', path=args.target)
+  draft = decoder_only.load_bundled('lm_draft', path=args.draft)
   stream = np.concatenate(lm_training.sequences('train'))
-  q = {'draft': draft, **{name: lm.PromptTableDraft(drafts.TableDraft.estimate(
-      stream, data.VOCAB_SIZE, order)) for name, order in (('unigram', 1), ('bigram', 2))}}
+  q = {'draft': draft, **{name: drafts.TableDraft.estimate(stream, data.VOCAB_SIZE, order)
+                          for name, order in (('unigram', 1), ('bigram', 2))}}
   tokens, lengths = lm_training.prompts_from_test(args.n, args.prompt_tokens)
   rows = []
   for temperature in (0.0, 1.0):
     sampling = sampling_lib.SamplingParams.create(temperature)
-    outputs, output_lengths = acceptance.generate_lm_sequences(
-        target, tokens, lengths, sampling=sampling, max_decode_len=args.max_decode_len,
-        rng=jax.random.key(args.seed))
+    outputs, output_lengths = alpha_lib.generate_sequences(
+        target, tokens, lengths=lengths, sampling=sampling, max_decode_len=args.max_decode_len,
+        rng=jax.random.key(args.seed), batch_size=64)
     for name, model in q.items():
-      stats = acceptance.measure_lm_alpha(target, model, tokens, lengths, outputs,
-                                          output_lengths, sampling=sampling)
+      stats = alpha_lib.measure_alpha(target, model, tokens, outputs, output_lengths,
+                                      lengths=lengths, sampling=sampling, batch_size=64)
       rows.append({'draft': name, 'temperature': temperature, **stats.row()})
       print(f'T={temperature:g} {name:8s} alpha {stats.alpha:.3f} +- {stats.stderr:.3f} '
             f'({stats.positions} tokens)', flush=True)

@@ -19,9 +19,10 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from spec_decode import acceptance
-from spec_decode import lm
+from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode.models import alpha as alpha_lib
+from spec_decode.models import decoder_only
 from spec_decode.harness import step_costs
 from spec_decode.harness import walltime
 from spec_decode.text import EOS_ID
@@ -37,11 +38,11 @@ def decoder(target, draft, gamma: int, max_decode_len: int, sampling):
   def decode(prompts, keys):
     lengths = jnp.sum(prompts != 0, axis=1).astype(jnp.int32)
     if draft is None:
-      return lm.generate(target, prompts, lengths, keys, max_decode_len=max_decode_len,
-                         eos_id=EOS_ID, sampling=sampling)
-    return lm.speculative_generate(target, draft, prompts, lengths, keys, gamma=gamma,
-                                   max_decode_len=max_decode_len, eos_id=EOS_ID,
-                                   sampling=sampling)
+      return models.generate(target, prompts, keys, lengths=lengths,
+                             max_decode_len=max_decode_len, eos_id=EOS_ID, sampling=sampling)
+    return models.speculative_generate(target, draft, prompts, keys, lengths=lengths, gamma=gamma,
+                                       max_decode_len=max_decode_len, eos_id=EOS_ID,
+                                       sampling=sampling)
   return decode
 
 
@@ -59,8 +60,8 @@ def main(argv=None) -> int:
   parser.add_argument('--out_dir')
   args = parser.parse_args(argv)
 
-  target = lm.load_bundled('lm_target', path=args.target)
-  draft = lm.load_bundled('lm_draft', path=args.draft)
+  target = decoder_only.load_bundled('lm_target', path=args.target)
+  draft = decoder_only.load_bundled('lm_draft', path=args.draft)
   tokens, lengths = lm_training.prompts_from_test(args.n, args.prompt_tokens)
   one = tokens[:1, :lengths[0]]  # a real prompt without padding, for the step costs
   times = step_costs.measure_step_times(target, draft, one, k_max=max(args.gammas) + 1,
@@ -68,11 +69,11 @@ def main(argv=None) -> int:
   rows = []
   for temperature in args.temperatures:
     sampling = sampling_lib.SamplingParams.create(temperature)
-    outputs, output_lengths = acceptance.generate_lm_sequences(
-        target, tokens, lengths, sampling=sampling, max_decode_len=args.max_decode_len,
-        rng=jax.random.key(args.seed))
-    stats = acceptance.measure_lm_alpha(target, draft, tokens, lengths, outputs, output_lengths,
-                                        sampling=sampling)
+    outputs, output_lengths = alpha_lib.generate_sequences(
+        target, tokens, lengths=lengths, sampling=sampling, max_decode_len=args.max_decode_len,
+        rng=jax.random.key(args.seed), batch_size=64)
+    stats = alpha_lib.measure_alpha(target, draft, tokens, outputs, output_lengths,
+                                    lengths=lengths, sampling=sampling, batch_size=64)
     decoders = {'baseline': decoder(target, None, 0, args.max_decode_len, sampling),
                 **{g: decoder(target, draft, g, args.max_decode_len, sampling)
                    for g in args.gammas}}

@@ -18,9 +18,9 @@ import sys
 import jax
 import tqdm
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
-from spec_decode import drafts as drafts_lib
+from spec_decode.models import drafts as drafts_lib
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode import sampling as sampling_lib
@@ -89,11 +89,11 @@ def main() -> None:
   rows = []
   for temperature in args.temperatures:
     sampling = sampling_lib.SamplingParams.create(temperature)
-    tokens, lengths = acceptance.generate_sequences(
+    tokens, lengths = alpha_lib.generate_sequences(
         target, inputs, sampling=sampling, max_decode_len=args.max_decode_len,
         rng=jax.random.key(args.seed), batch_size=args.batch_size, progress=True)
     for name, draft in tqdm.tqdm(drafts.items(), desc=f'alpha T={temperature:g}'):
-      stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
+      stats = alpha_lib.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
                                        batch_size=args.batch_size)
       rows.append(dict(task=args.task, target=pathlib.Path(args.target_config).stem, draft=name,
                        temperature=temperature, **stats.row()))

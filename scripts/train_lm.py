@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from spec_decode import lm
+from spec_decode.models import decoder_only
 from spec_decode.training import lm as lm_training
 
 
@@ -29,10 +29,10 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if (args.role == 'draft') != (args.teacher is not None):
     parser.error('a draft needs --teacher (the target checkpoint); a target takes none')
-  teacher = None if args.teacher is None else lm.DecoderOnlyModel.load(
-      args.teacher, lm.bundled_config('lm_target'), 'float32')
+  teacher = None if args.teacher is None else decoder_only.DecoderOnlyModel.load(
+      args.teacher, decoder_only.bundled_config('lm_target'), 'float32')
   summary = lm_training.train(
-      lm.bundled_config(f'lm_{args.role}'), lm_training.LMTrainConfig(
+      decoder_only.bundled_config(f'lm_{args.role}'), lm_training.LMTrainConfig(
           num_steps=args.steps, max_minutes=args.minutes, learning_rate=args.learning_rate,
           seed=args.seed), args.output, teacher)
   print(json.dumps(summary))

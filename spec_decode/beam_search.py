@@ -28,8 +28,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spec_decode import api_checks
 from spec_decode import cache as cache_lib
+from spec_decode import checks
 from spec_decode import loop_utils
 
 NEG_INF = -1.0e7  # T5X's NEG_INF: a large finite mask, as T5X adds it.
@@ -210,12 +210,12 @@ def check_args(cache: cache_lib.Cache, *, beam_size: int, max_decode_len: int,
                alpha: float | jax.Array, vocab_size: int, gamma: int = 0) -> tuple[int, int]:
   """Raises ValueError for a bad beam size, length, alpha or cache; returns the sizes.
 
-  The checks are `api_checks.check_beam_settings` and `api_checks.check_alpha`.
+  The checks are `checks.check_beam_settings` and `checks.check_alpha`.
   """
-  beam_size, _ = api_checks.check_beam_settings(beam_size, batch=cache.batch_size,
+  beam_size, _ = checks.check_beam_settings(beam_size, batch=cache.batch_size,
                                                 vocab_size=vocab_size)
-  max_decode_len = loop_utils.check_size('max_decode_len', max_decode_len)
-  api_checks.check_alpha(alpha, max_decode_len)
+  max_decode_len = checks.check_size('max_decode_len', max_decode_len)
+  checks.check_alpha(alpha, max_decode_len)
   needed = loop_utils.cache_length(max_decode_len, gamma)
   if cache.capacity < needed:
     raise ValueError(f'the cache holds {cache.capacity} positions but max_decode_len='
@@ -237,7 +237,7 @@ def beam_search(step_fn, cache: cache_lib.Cache, *, beam_size: int, max_decode_l
     beam_size: static number of beams W (T5X's num_decodes).
     max_decode_len: static most tokens per sequence.
     alpha: brevity penalty exponent (T5X's beam_search alpha; traced), a
-      finite number in [0, 10] (api_checks.check_alpha: past 10 the scores
+      finite number in [0, 10] (checks.check_alpha: past 10 the scores
       round to 0 and lose their order).
     eos_id: the token that finishes a beam.
     check_finite: static, on by default; flag in BeamOutput.nonfinite the

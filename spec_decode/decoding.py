@@ -17,9 +17,9 @@ sweep): the next model call feeds `tokens[b, index[b]]`.
 
 One speculative iteration (Algorithm 1 of Leviathan et al. 2023):
   1. `steps` draft calls propose x_1..x_steps from q_1..q_steps: the first
-     over the row's last two tokens (K = 2, `drafting.first_call`), the others
+     over the row's last two tokens (K = 2, `draft_phase.first_call`), the others
      K = 1; steps = gamma, or with a confidence_threshold up to gamma, row b
-     proposing its first lengths[b] (spec_decode.drafting);
+     proposing its first lengths[b] (spec_decode.draft_phase);
   2. one target call over K = gamma + 1 positions (or the smallest of
      `verify_lengths` >= steps + 1) gives p_1..p_{steps+1};
   3. `speculative.accept` (token or block verification) keeps n drafts and
@@ -32,8 +32,8 @@ These functions are meant to be traced inside a `jax.jit` built by the caller,
 with model parameters as traced arguments captured by the step functions.
 The static options (gamma, max_decode_len, verification, verify_lengths,
 eos_id, check_finite) travel together as one frozen, hashable `LoopOptions`,
-checked once where it is built; the traced knobs (sampling, draft_sampling,
-lenience, confidence_threshold) and the batch travel as arguments.
+the traced ones (sampling, draft_sampling, lenience, confidence_threshold) as
+one `Knobs` pytree (spec_decode.options), each checked once where it is built.
 """
 
 from typing import Callable
@@ -42,18 +42,18 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spec_decode import api_checks
 from spec_decode import cache as cache_lib
-from spec_decode import drafting
+from spec_decode import checks
+from spec_decode import draft_phase
 from spec_decode import loop_utils
-from spec_decode.loop_options import LoopOptions  # noqa: F401 (public here too)
-from spec_decode.loop_utils import cache_length, check_size  # noqa: F401 (public here too)
+from spec_decode.loop_utils import cache_length  # noqa: F401 (public here too)
+from spec_decode.options import Knobs, LoopOptions
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
 
 StepFn = Callable[[jax.Array, cache_lib.Cache], tuple[jax.Array, cache_lib.Cache]]
 
-BOS_ID = 0
+BOS_ID = 0  # the decoder start token at loop position 0 (T5's, spec_decode.text)
 
 
 @flax.struct.dataclass
@@ -61,14 +61,16 @@ class DecodeOutput:
   """Decoded tokens and the loop's statistics.
 
   Attributes:
-    tokens: [B, max_decode_len] int32, prompt then generated tokens (EOS
-      included), 0-padded after `lengths`.
+    tokens: [B, max_decode_len] int32: an encoder-decoder model's forced
+      decoder `prompt` (if any) then the generated tokens (EOS included);
+      for a decoder-only model the generated tokens alone (its prompt is
+      the input, not output). 0-padded after `lengths`.
     lengths: [B] int32 number of valid tokens per row.
     generated: [B] int32 tokens the loop produced per row (prompt excluded).
     target_calls: [B] int32 target calls made while the row was unfinished.
     draft_calls: [B] int32 draft calls made while the row was unfinished:
       each iteration's batched draft steps (the first over two positions:
-      drafting.first_call).
+      draft_phase.first_call).
     accept_histogram: [gamma + 1] int32 how often 0..gamma drafts were accepted
       (over unfinished rows and iterations); the baseline is gamma = 0.
     draft_histogram: [gamma + 1] int32 how often 0..gamma drafts were proposed
@@ -158,7 +160,7 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
     DecodeOutput with gamma = 0 (accept_histogram [1] counts target calls).
   """
   options = LoopOptions(max_decode_len, eos_id=eos_id, check_finite=check_finite)
-  return decode_loop(step_fn, cache, None, None, options, rng=rng, sampling=sampling,
+  return decode_loop(step_fn, cache, None, None, options, Knobs.create(sampling), rng=rng,
                      prompt=prompt)
 
 
@@ -189,7 +191,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     draft_sampling: the knobs that turn the draft's logits into q; None uses
       `sampling`'s. The output is exactly p's for any q, so e.g.
       `sampling.untruncated()` skips the draft's top-k/top-p work (a TopK per
-      draft step) for a little acceptance.
+      draft step) for a little alpha_lib.
     lenience: l of Appendix A.5. 1 (the default) is exact; l < 1 accepts more
       drafts and no longer samples exactly from the target.
     verification: static; 'token' (Algorithm 1) or 'block' (Sun et al. 2025:
@@ -197,12 +199,12 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
       expectation). See speculative.accept_reject.
     confidence_threshold: None drafts gamma tokens per iteration. A number in
       [0, 1] (traced) makes gamma a maximum: a row stops drafting after a
-      token its draft gave probability below it (spec_decode.drafting); exact
+      token its draft gave probability below it (spec_decode.draft_phase); exact
       either way.
     verify_lengths: static; None verifies gamma + 1 positions per iteration.
       Otherwise K values in 2..gamma + 1 (gamma + 1 is added): each iteration
       calls the target over the smallest K that holds its drafts (worth it
-      where a call's cost grows with K, as on CPUs; see drafting.verify).
+      where a call's cost grows with K, as on CPUs; see draft_phase.verify).
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned, 0-padded.
     eos_id: the token that ends a row.
     check_finite: static, on by default; stop a row whose target or draft
@@ -213,33 +215,29 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
   Returns:
     DecodeOutput.
   """
-  options = LoopOptions(max_decode_len, check_size('gamma', gamma), verification, verify_lengths,
-                        eos_id, check_finite)
-  return decode_loop(target_step_fn, target_cache, draft_step_fn, draft_cache, options, rng=rng,
-                     sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
-                     confidence_threshold=confidence_threshold, prompt=prompt)
+  options = LoopOptions(max_decode_len, checks.check_size('gamma', gamma), verification,
+                        verify_lengths, eos_id, check_finite)
+  knobs = Knobs.create(sampling, draft_sampling, lenience, confidence_threshold)
+  return decode_loop(target_step_fn, target_cache, draft_step_fn, draft_cache, options, knobs,
+                     rng=rng, prompt=prompt)
 
 
 def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
                 draft_step_fn: StepFn | None, draft_cache: cache_lib.Cache | None,
-                options: LoopOptions, *, rng: jax.Array,
-                sampling: sampling_lib.SamplingParams | None = None,
-                draft_sampling: sampling_lib.SamplingParams | None = None,
-                lenience: float | jax.Array = 1.0,
-                confidence_threshold: float | jax.Array | None = None,
+                options: LoopOptions, knobs: Knobs, *, rng: jax.Array,
                 prompt: jax.Array | None = None) -> DecodeOutput:
   """Either loop by its LoopOptions: the baseline when options.gamma is 0.
 
   What `autoregressive_decode` and `speculative_decode` run, for front ends
-  that hold a LoopOptions already.
+  that hold the options and knobs already (spec_decode.models.front_ends).
 
   Args:
     target_step_fn, target_cache: the target M_p's step function and fresh
       Cache (capacity >= cache_length(options.max_decode_len, options.gamma)).
     draft_step_fn, draft_cache: the draft M_q's, or None for the baseline.
     options: the static options; gamma 0 exactly when there is no draft.
-    rng, sampling, draft_sampling, lenience, confidence_threshold, prompt:
-      the traced arguments, as `speculative_decode` takes them.
+    knobs: the traced knobs (`Knobs.create`); the baseline reads `sampling`.
+    rng, prompt: as `speculative_decode` takes them.
 
   Returns:
     DecodeOutput.
@@ -248,18 +246,12 @@ def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
   if speculate != (options.gamma > 0):
     raise ValueError(f'gamma {options.gamma} with {"a" if speculate else "no"} draft: '
                      'speculative decoding needs a draft and gamma >= 1, the baseline neither')
-  if speculate:
-    speculative.check_lenience(lenience)
-    drafting.check_threshold(confidence_threshold)
   gamma, max_decode_len = options.gamma, options.max_decode_len
   batch = target_cache.batch_size
-  prompt = None if prompt is None else api_checks.as_array('prompt', prompt)
+  prompt = None if prompt is None else checks.as_array('prompt', prompt)
   loop_utils.check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache,
                                gamma=gamma, max_decode_len=max_decode_len, prompt=prompt)
-  sampling = sampling if sampling is not None else sampling_lib.SamplingParams.create()
-  draft_sampling = draft_sampling if draft_sampling is not None else sampling
-  sampling_lib.check_batch(sampling, batch)
-  sampling_lib.check_batch(draft_sampling, batch, 'draft_sampling')
+  knobs.check_batch(batch)
 
   tokens = jnp.full((batch, max_decode_len + gamma + 2), BOS_ID, jnp.int32)
   index = jnp.zeros((batch,), jnp.int32)
@@ -285,11 +277,9 @@ def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
       nonfinite=jnp.zeros((batch,), bool) if options.check_finite else None)
 
   if speculate:
-    body = _speculative_body(target_step_fn, draft_step_fn, options, sampling=sampling,
-                             draft_sampling=draft_sampling, lenience=lenience,
-                             confidence_threshold=confidence_threshold)
+    body = _speculative_body(target_step_fn, draft_step_fn, options, knobs)
   else:
-    body = _autoregressive_body(target_step_fn, options, sampling=sampling)
+    body = _autoregressive_body(target_step_fn, options, knobs.sampling)
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state)
 
   positions = jnp.arange(1, max_decode_len + 1)
@@ -312,7 +302,7 @@ def _flag_nonfinite(s: _LoopState, done: jax.Array,
   return {'done': done | nonfinite, 'nonfinite': nonfinite}
 
 
-def _autoregressive_body(step_fn, options: LoopOptions, *, sampling):
+def _autoregressive_body(step_fn, options: LoopOptions, sampling: sampling_lib.SamplingParams):
   """One baseline iteration: one target call, one token per unfinished row."""
   max_decode_len, eos_id = options.max_decode_len, options.eos_id
 
@@ -336,10 +326,10 @@ def _autoregressive_body(step_fn, options: LoopOptions, *, sampling):
   return body
 
 
-def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, *, sampling,
-                      draft_sampling, lenience, confidence_threshold):
+def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, knobs: Knobs):
   """One speculative iteration: up to gamma draft calls, one verify call, accept."""
   gamma, max_decode_len, eos_id = options.gamma, options.max_decode_len, options.eos_id
+  threshold = knobs.confidence_threshold
 
   def body(s: _LoopState) -> _LoopState:
     rng, draft_key, accept_key = loop_utils.split_rows(s.rng, 3)
@@ -349,21 +339,21 @@ def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, *, sa
     # 1. Draft: [gamma] keys per row -> x [B, gamma], q [B, gamma, V]; row b
     #    proposes its first lengths[b] (all gamma unless confidence_threshold).
     draft_keys = jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key), 0, 1)
-    draft_cache, x, q, lengths, steps, draft_bad = drafting.draft_block(
-        draft_step_fn, s.draft_cache, s.tokens, draft_keys, gamma=gamma, sampling=draft_sampling,
-        active=active, confidence_threshold=confidence_threshold,
+    draft_cache, x, q, lengths, steps, draft_bad = draft_phase.draft_block(
+        draft_step_fn, s.draft_cache, s.tokens, draft_keys, gamma=gamma,
+        sampling=knobs.draft_sampling, active=active, confidence_threshold=threshold,
         check_finite=options.check_finite)
 
     # 2. Verify: one target call over [last, x_1..x_gamma] (or its first K
     #    positions) -> the logits of p [B, gamma + 1, V].
-    logits, target_cache = drafting.verify(target_step_fn,
-                                           jnp.concatenate([last[:, None], x], axis=1),
-                                           s.target_cache, steps, options.verify_lengths)
+    logits, target_cache = draft_phase.verify(target_step_fn,
+                                              jnp.concatenate([last[:, None], x], axis=1),
+                                              s.target_cache, steps, options.verify_lengths)
     # 3. Accept a prefix of n drafts; y is the target's own token after it.
     # (The draft has seen x_1..x_{steps-1}: after a clean sweep the next
     # iteration's first draft call feeds it x_steps with y.)
-    n, y = speculative.accept(accept_key, x, q, logits, sampling, lenience, options.verification,
-                              lengths=None if confidence_threshold is None else lengths)
+    n, y = speculative.accept(accept_key, x, q, logits, knobs.sampling, knobs.lenience,
+                              options.verification, lengths=None if threshold is None else lengths)
 
     # 4. Emit x_1..x_n, y, cut at the first EOS and at max_decode_len.
     slots = jnp.arange(gamma + 1)

@@ -1,16 +1,9 @@
 """Argument checks and small helpers shared by the decoding loops (spec_decode.decoding)."""
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
-from spec_decode import api_checks
-
-
-def check_size(name: str, value: Any, minimum: int = 1) -> int:
-  """`value` as an int in [minimum, int32 max], else ValueError naming `name`."""
-  return api_checks.check_int(name, value, minimum)
+from spec_decode import checks
 
 
 def cache_length(max_decode_len: int, gamma: int = 0) -> int:
@@ -23,9 +16,9 @@ def cache_length(max_decode_len: int, gamma: int = 0) -> int:
     ValueError: a length beyond int32, in which the loops index positions.
   """
   length = max_decode_len + gamma + 1
-  if length > api_checks.INT32_MAX:
+  if length > checks.INT32_MAX:
     raise ValueError(f'max_decode_len={max_decode_len} + gamma={gamma} + 1 = {length} positions '
-                     f'exceed int32 ({api_checks.INT32_MAX}): use a smaller max_decode_len')
+                     f'exceed int32 ({checks.INT32_MAX}): use a smaller max_decode_len')
   return length
 
 
@@ -37,7 +30,7 @@ def split_rows(keys: jax.Array, num: int) -> list[jax.Array]:
 
 def row_keys(rng: jax.Array | int, batch: int) -> jax.Array:
   """One key, or [B] keys (typed or raw uint32), or an int seed -> [B] typed keys."""
-  rng = api_checks.check_rng(rng)
+  rng = checks.check_rng(rng)
   if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
     rng = jax.random.wrap_key_data(rng)
   if rng.ndim == 0:
@@ -50,7 +43,7 @@ def row_keys(rng: jax.Array | int, batch: int) -> jax.Array:
 def check_static_args(target_step_fn, target_cache, draft_step_fn, draft_cache, *, gamma,
                        max_decode_len, prompt) -> None:
   """Raises ValueError for arguments that would decode garbage."""
-  check_size('max_decode_len', max_decode_len)
+  checks.check_size('max_decode_len', max_decode_len)
   needed = cache_length(max_decode_len, gamma)
   caches = {'target': target_cache} if draft_step_fn is None else {
       'target': target_cache, 'draft': draft_cache}

@@ -13,7 +13,7 @@ host, where process 0 writes them.
   mesh = sharding.make_mesh(model_parallel=8)          # over both hosts' devices
   inputs = multihost.global_array(lambda rows: tokens[rows], (B, S),
                                   sharding.batch_sharding(mesh, target.rules, (B, S)))
-  out = multihost.gather(sharding.speculative_generate(target, draft, inputs, key, ...))
+  out = multihost.gather(spec_decode.speculative_generate(target, draft, inputs, key, ...))
 
 The results do not depend on the process count: every host draws the same
 keys (per row, from one seed), and the arithmetic is that of one process

@@ -34,29 +34,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spec_decode import checks
 from spec_decode import sampling
 
 # Residual mass below this is rounding noise: p and q agree, and the
 # (numerically possible) rejection falls back to p itself.
 _TINY = 1e-20
 
-VERIFICATIONS = ('token', 'block')
-
-
-def check_verification(verification: str) -> str:
-  """Returns verification if it names a rule ('token' or 'block'); raises ValueError otherwise."""
-  if verification not in VERIFICATIONS:
-    raise ValueError(f"verification must be one of {VERIFICATIONS}, got {verification!r}")
-  return verification
-
-
-def check_lenience(lenience: float | jax.Array) -> None:
-  """Raises ValueError unless lenience is a scalar in (0, 1]; a traced one passes unchecked."""
-  if isinstance(lenience, jax.core.Tracer):
-    return
-  value = np.asarray(lenience)
-  if value.shape or not np.issubdtype(value.dtype, np.number) or not 0 < value <= 1:
-    raise ValueError(f'lenience must be a number in (0, 1], got {lenience!r}')
+VERIFICATIONS = checks.VERIFICATIONS  # the rules accept_reject knows
 
 
 def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
@@ -88,8 +73,8 @@ def accept_reject(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
       vocabulary.
   """
   _check_shapes(drafts, q, p)
-  check_lenience(lenience)
-  check_verification(verification)
+  checks.check_lenience(lenience)
+  checks.check_verification(verification)
   batch, gamma, vocab = q.shape
   accept_key, residual_key = jnp.moveaxis(jax.vmap(jax.random.split)(key), 1, 0)
   u = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(accept_key)  # [B, gamma] in [0, 1)

@@ -30,10 +30,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spec_decode import api_checks
 from spec_decode import beam_search as beam_lib
 from spec_decode import cache as cache_lib
-from spec_decode import loop_utils
+from spec_decode import checks
 
 
 @flax.struct.dataclass
@@ -157,7 +156,7 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
       gamma + 1 beam steps.
     max_decode_len: static most tokens per sequence.
     alpha: brevity penalty exponent (traced), a finite number in [0, 10]
-      (api_checks.check_alpha).
+      (checks.check_alpha).
     eos_id: the token that finishes a beam.
     check_finite: static, on by default; flag in BeamOutput.nonfinite the
       batch rows whose target logits were not finite (the draft's
@@ -179,13 +178,13 @@ def speculative_beam_search(target_step_fn, target_cache: cache_lib.Cache, draft
   v_q = jax.eval_shape(draft_step_fn, probe, draft_cache)[0].shape[-1]
   if v_p != v_q:
     raise ValueError(f'draft vocabulary size {v_q} != target vocabulary size {v_p}')
-  gamma = loop_utils.check_size('gamma', gamma)
+  gamma = checks.check_size('gamma', gamma)
   width, max_decode_len = beam_lib.check_args(target_cache, beam_size=beam_size,
                                               max_decode_len=max_decode_len, alpha=alpha,
                                               vocab_size=v_p, gamma=gamma)
   beam_lib.check_args(draft_cache, beam_size=beam_size, max_decode_len=max_decode_len,
                       alpha=alpha, vocab_size=v_q, gamma=gamma)
-  _, m = api_checks.check_beam_settings(width, batch=batch, vocab_size=v_q,
+  _, m = checks.check_beam_settings(width, batch=batch, vocab_size=v_q,
                                         draft_width=draft_width)
   rows = width * m
   offsets = (jnp.arange(batch) * rows)[:, None]  # [B, 1]

@@ -28,6 +28,10 @@ from typing import Sequence
 import numpy as np
 import sentencepiece as spm
 
+from spec_decode.decoding import BOS_ID  # noqa: F401 (the loops' decoder start token)
+
+# T5's conventions, the one home of the special ids: BOS_ID 0 starts every
+# decoder sequence, PAD_ID 0 pads inputs, EOS_ID 1 ends a sequence.
 PAD_ID = 0
 EOS_ID = 1
 BATCH_MULTIPLE = 16  # encode_batch rounds the common length up to this

@@ -141,7 +141,7 @@ def expected_calls_along(betas: ArrayLike, gamma: int) -> float:
 
   Eq. (1) and `expected_calls` give every draft the same acceptance
   probability alpha. Along a real output it changes from position to position
-  (`acceptance.betas`: 0 or 1 at temperature 0): an iteration that starts in
+  (`alpha_lib.betas`: 0 or 1 at temperature 0): an iteration that starts in
   a hard stretch ends early, so hard positions start more iterations than
   their share of tokens and the tokens per call fall below eq. (1) at their
   mean. Here the draft for position t is accepted with probability betas[t]
@@ -218,7 +218,7 @@ def positional_walltime_improvement(
 
   Args:
     betas: one [L_i] array per output: the acceptance probability of each of
-      its tokens (`acceptance.AlphaStats.betas`); the lengths sum to > 0.
+      its tokens (`alpha_lib.AlphaStats.betas`); the lengths sum to > 0.
     gamma: the draft length, a single integer >= 1.
     c: draft step time over target step time, >= 0 (a scalar).
     verify_cost: as in `walltime_improvement`.

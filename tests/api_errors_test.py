@@ -7,12 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_decode import api_checks
+from spec_decode import checks
 from spec_decode import beam_search
 from spec_decode import decoding
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import sharding
 from spec_decode import speculative
 from spec_decode import speculative_beam
 from spec_decode.t5 import t5_1_1
@@ -57,7 +56,7 @@ def test_alpha_outside_zero_to_ten_is_rejected_everywhere(alpha):
 @pytest.mark.parametrize('alpha', ['0.6', True, np.array([0.6, 0.6]), 1j])
 def test_alpha_that_is_not_a_real_number_is_a_type_error(alpha):
   with pytest.raises(TypeError, match='alpha must be a real number'):
-    api_checks.check_alpha(alpha)
+    checks.check_alpha(alpha)
   with pytest.raises(TypeError, match='alpha must be a real number'):
     models.beam_generate(UNLOADED, _inputs(), beam_size=2, max_decode_len=6, alpha=alpha)
 
@@ -65,7 +64,7 @@ def test_alpha_that_is_not_a_real_number_is_a_type_error(alpha):
 def test_alpha_whose_penalty_overflows_at_max_decode_len_is_rejected():
   with pytest.raises(ValueError, match='alpha=10.0 with max_decode_len=100000 makes the brevity'):
     models.beam_generate(UNLOADED, _inputs(), beam_size=2, max_decode_len=100_000, alpha=10.0)
-  api_checks.check_alpha(10.0, 1000)  # (1006 / 6) ** 10 ~ 2e22: fine
+  checks.check_alpha(10.0, 1000)  # (1006 / 6) ** 10 ~ 2e22: fine
 
 
 @pytest.mark.parametrize('alpha', [0, 0.0, 0.6, np.float32(2.0), 10])
@@ -87,7 +86,7 @@ def test_beam_sizes_outside_int32_or_below_one_are_rejected():
     models.beam_generate(UNLOADED, _inputs(batch=1), beam_size=2**25, max_decode_len=6)
   with pytest.raises(ValueError, match=r'beam_size=2 \* draft_width=64 \* batch=33554432 = '
                      r'4294967296 rows exceed int32'):
-    api_checks.check_beam_settings(2, batch=2**25, vocab_size=VOCAB, draft_width=64)
+    checks.check_beam_settings(2, batch=2**25, vocab_size=VOCAB, draft_width=64)
   with pytest.raises(ValueError, match='beam_size'):
     _beam(0.6, beam_size=2**31)
   with pytest.raises(ValueError, match='candidates per row exceed int32'):
@@ -152,8 +151,7 @@ def test_lengths_beyond_int32_are_rejected():
 @pytest.mark.parametrize('entry', [decoding.autoregressive_decode, decoding.speculative_decode,
                                    models.generate, models.speculative_generate,
                                    models.beam_generate, beam_search.beam_search,
-                                   speculative_beam.speculative_beam_search,
-                                   sharding.generate, sharding.speculative_generate])
+                                   speculative_beam.speculative_beam_search])
 def test_check_finite_is_on_by_default(entry):
   assert inspect.signature(entry).parameters['check_finite'].default is True
 
@@ -244,7 +242,7 @@ def test_lists_are_taken_as_arrays_and_ragged_or_other_types_are_named():
       models.generate(UNLOADED, inputs, jax.random.key(0), max_decode_len=4)
   with pytest.raises(ValueError, match=r'encoder_input_tokens must be integer token ids \[B, S\]'):
     models.beam_generate(UNLOADED, [[1.5, 2.0]], beam_size=2, max_decode_len=4)
-  encoded, prompt = api_checks.check_inputs([[3, 4, 0]], ([5, 6],), VOCAB)
+  encoded, prompt = checks.check_inputs([[3, 4, 0]], ([5, 6],), VOCAB)
   assert encoded.shape == (1, 3) and prompt.shape == (1, 2)
 
 

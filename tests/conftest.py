@@ -27,7 +27,7 @@ for _flag, _value in (('--xla_backend_optimization_level', '0'),
   if _flag not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}={_value}".strip()
 
-SLOWEST_FIRST = ('decoding_test.py', 'shapes_test.py', 'accelerator_distill_test.py',
+SLOWEST_FIRST = ('decoding_test.py', 'front_ends_test.py', 'shapes_test.py', 'accelerator_distill_test.py',
                  'drafts_test.py', 'sharding_test.py', 'multihost_test.py', 'llama_test.py',
                  'decoder_only_test.py', 'infer_test.py', 'lm_training_test.py',
                  'notebooks_test.py', 'measure_test.py', 'block_verification_test.py',
@@ -37,9 +37,17 @@ SLOWEST_FIRST = ('decoding_test.py', 'shapes_test.py', 'accelerator_distill_test
                  'beam_search_test.py')
 
 
+# `pytest -m engine`: the loops, their exactness and sampling, for quick work on the engine.
+ENGINE = ('decoding_test.py', 'speculative_test.py', 'block_verification_test.py',
+          'sampling_test.py', 'cache_test.py', 'loop_options_test.py', 'theory_test.py')
+
+
 def pytest_collection_modifyitems(items):
   rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
+  for item in items:
+    if item.path.name in ENGINE:
+      item.add_marker(pytest.mark.engine)
 
 
 @pytest.fixture(scope='session')

@@ -9,7 +9,7 @@ import pytest
 import sentencepiece as spm
 import seqio
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode import text
@@ -56,7 +56,7 @@ def _three_outputs(monkeypatch):
     decoded.append(texts)
     return outputs[[2, 0, 1]], lengths[[2, 0, 1]]
 
-  monkeypatch.setattr(acceptance, 'generate_sequences', generate_sequences)
+  monkeypatch.setattr(alpha_lib, 'generate_sequences', generate_sequences)
   return decoded, [dict(inputs='x' * n, targets='reference', source='s') for n in (2, 3, 1)]
 
 
@@ -87,7 +87,7 @@ def test_distill_samples_at_the_given_temperature_and_seed(monkeypatch):
     calls.append((float(sampling.temperature), jax.random.key_data(rng).tolist()))
     return np.array([[text.EOS_ID]]), np.array([1])
 
-  monkeypatch.setattr(acceptance, 'generate_sequences', generate_sequences)
+  monkeypatch.setattr(alpha_lib, 'generate_sequences', generate_sequences)
   example = [dict(inputs='x', targets='reference')]
   for temperature, seed in ((0.0, 0), (1.0, 5)):
     distill.distill_examples(None, example, max_input_len=16, max_decode_len=8,

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
-from spec_decode import drafts
+from spec_decode.models import drafts
 from spec_decode import models
 from spec_decode import sampling
 from spec_decode.t5 import t5_1_1
@@ -28,7 +28,7 @@ def _make_draft(kind: str, vocab: int, seed: int = 0):
   if kind == 'unigram':
     return drafts.TableDraft(jnp.asarray(jax.nn.log_softmax(rng.standard_normal(vocab))))
   if kind == 'bigram':
-    return drafts.TableDraft(jnp.asarray(jax.nn.log_softmax(rng.standard_normal((vocab, vocab)))))
+    return drafts.TableDraft.dense(jax.nn.log_softmax(rng.standard_normal((vocab, vocab))))
   if kind == 'prompt_lookup':
     return drafts.PromptLookupDraft(vocab, max_ngram=3)
   if kind == 'pruned_head':  # a random T5 draft scoring every other token (q = 0 for the rest)
@@ -55,7 +55,7 @@ def _encoder_inputs(rows: int, vocab: int, length: int, seed: int) -> np.ndarray
 def _speculate(target, draft, encoder_inputs, rng, params=None, prompt=None, *, gamma, max_len):
   """The compiled loop with a stub target (static) and a draft provider."""
   capacity = decoding.cache_length(max_len, gamma)
-  draft_step_fn, draft_cache = draft.start(encoder_inputs, capacity)
+  draft_step_fn, draft_cache = draft.start(models.Batch(encoder_inputs), capacity)
   return decoding.speculative_decode(
       target.step_fn, target.init_cache(encoder_inputs.shape[0], capacity), draft_step_fn,
       draft_cache, gamma=gamma, max_decode_len=max_len, rng=rng, sampling=params, prompt=prompt)
@@ -71,8 +71,8 @@ class CopyModel:
 
   vocab_size: int = flax.struct.field(pytree_node=False)
 
-  def start(self, encoder_input_tokens, capacity):
-    source = jnp.pad(encoder_input_tokens, ((0, 0), (0, capacity)))
+  def start(self, batch, capacity):
+    source = jnp.pad(batch.tokens, ((0, 0), (0, capacity)))
 
     def step_fn(tokens, cache):
       positions = cache.index[:, None] + jnp.arange(tokens.shape[1])  # [B, K]
@@ -80,7 +80,7 @@ class CopyModel:
       logits = jnp.where(jnp.arange(self.vocab_size) == copied[..., None], 0.0, -jnp.inf)
       return logits, cache.replace(index=cache.index + tokens.shape[1])
 
-    cache = cache_lib.Cache(index=jnp.zeros((encoder_input_tokens.shape[0],), jnp.int32),
+    cache = cache_lib.Cache(index=jnp.zeros((batch.size,), jnp.int32),
                             layers=None, capacity=capacity)
     return step_fn, cache
 
@@ -89,7 +89,7 @@ def _proposals(draft, encoder_inputs, sequences):
   """The prompt-lookup proposal after BOS + each sequence (None: no match, q uniform)."""
   length = max(map(len, sequences)) + 1
   decoder_inputs = [[0, *seq] + [0] * (length - 1 - len(seq)) for seq in sequences]
-  step_fn, cache = draft.start(jnp.asarray([encoder_inputs] * len(sequences), jnp.int32), length)
+  step_fn, cache = draft.start(models.Batch(jnp.asarray([encoder_inputs] * len(sequences), jnp.int32)), length)
   logits = np.asarray(step_fn(jnp.asarray(decoder_inputs, jnp.int32), cache)[0])
   proposals = []
   for row, seq in zip(logits, sequences):  # a chunk's later tokens do not change earlier logits
@@ -107,7 +107,8 @@ def test_table_draft_estimates_smoothed_frequencies():
   k = 0.5
   unigram = drafts.TableDraft.estimate(stream, 8, order=1, add_k=k)
   bigram = drafts.TableDraft.estimate(stream, 8, order=2, add_k=k)
-  q1, q2 = np.exp(np.asarray(unigram.log_probs)), np.exp(np.asarray(bigram.log_probs))
+  q1 = np.exp(np.asarray(unigram.log_probs))
+  q2 = np.exp(np.asarray(bigram.logits(jnp.arange(8)[None])[0]))  # row t: q(. | t)
   assert q1.shape == (8,) and q2.shape == (8, 8)
   np.testing.assert_allclose(q1.sum(), 1.0, rtol=1e-6)
   np.testing.assert_allclose(q2.sum(-1), 1.0, rtol=1e-6)
@@ -146,7 +147,7 @@ def test_k_token_call_equals_k_single_calls(kind):
   vocab, batch, k = 12, 3, 4
   draft = _make_draft(kind, vocab)
   rng = np.random.default_rng(1)
-  step_fn, cache = draft.start(jnp.asarray(_encoder_inputs(batch, vocab, 6, seed=2)), 16)
+  step_fn, cache = draft.start(models.Batch(jnp.asarray(_encoder_inputs(batch, vocab, 6, seed=2))), 16)
   history = jnp.asarray(rng.integers(2, vocab, (batch, 9)), jnp.int32).at[:, 0].set(0)
   _, cache = step_fn(history, cache)
   cache = cache_lib.rewind(cache, jnp.array([2, 5, 0]))
@@ -195,8 +196,8 @@ def test_prompt_lookup_accepts_a_verbatim_copy(temperature):
 
   @jax.jit
   def run(inputs, params):
-    target_step_fn, target_cache = CopyModel(vocab).start(inputs, capacity)
-    draft_step_fn, draft_cache = drafts.PromptLookupDraft(vocab).start(inputs, capacity)
+    target_step_fn, target_cache = CopyModel(vocab).start(models.Batch(inputs), capacity)
+    draft_step_fn, draft_cache = drafts.PromptLookupDraft(vocab).start(models.Batch(inputs), capacity)
     return decoding.speculative_decode(target_step_fn, target_cache, draft_step_fn, draft_cache,
                                        gamma=gamma, max_decode_len=length, rng=jax.random.key(0),
                                        sampling=params)
@@ -268,8 +269,8 @@ def test_pruned_head_scores_its_ids_as_the_full_head_and_equals_greedy(tiny_targ
   draft = models.PrunedHeadDraft.create(tiny_target, ids)
   inputs = jnp.asarray(_encoder_inputs(2, 64, 6, seed=8))
   decoder_inputs = jnp.asarray([[0, 3, 9, 30], [0, 2, 2, 1]], jnp.int32)
-  full = np.asarray(acceptance.teacher_forced_logits(tiny_target, inputs, decoder_inputs))
-  pruned = np.asarray(acceptance.teacher_forced_logits(draft, inputs, decoder_inputs))
+  full = np.asarray(alpha_lib.teacher_forced_logits(tiny_target, models.Batch(inputs), decoder_inputs))
+  pruned = np.asarray(alpha_lib.teacher_forced_logits(draft, models.Batch(inputs), decoder_inputs))
   kept = np.isin(np.arange(64), ids)
   tolerances.assert_close(pruned[..., kept], full[..., kept], ulps=64)
   assert np.all(pruned[..., ~kept] == models.PRUNED_LOGIT)
@@ -286,11 +287,11 @@ def test_teacher_forced_logits_of_a_provider_are_its_steps():
   draft = drafts.PromptLookupDraft(12)
   inputs = jnp.asarray(_encoder_inputs(2, 12, 5, seed=7))
   decoder_inputs = jnp.asarray([[0, 3, 4, 3, 5], [0, 2, 2, 2, 1]], jnp.int32)
-  step_fn, cache = draft.start(inputs, 8)
+  step_fn, cache = draft.start(models.Batch(inputs), 8)
   step_fn = jax.jit(step_fn)
   steps = []
   for i in range(5):
     logits, cache = step_fn(decoder_inputs[:, i:i + 1], cache)
     steps.append(logits)
-  np.testing.assert_array_equal(acceptance.teacher_forced_logits(draft, inputs, decoder_inputs),
+  np.testing.assert_array_equal(alpha_lib.teacher_forced_logits(draft, models.Batch(inputs), decoder_inputs),
                                 jnp.concatenate(steps, axis=1))

@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
-from spec_decode import drafts
+from spec_decode.models import drafts
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
@@ -172,9 +172,9 @@ def test_walltime_experiment_picks_gamma_along_the_outputs(target, monkeypatch):
   # target's bonus token covers the hard one; eq. (5) at their mean (2/3) would draft 4.
   times = step_costs.StepTimes(draft_s=5e-5, draft_first_s=1e-4,
                                verify_measured_s=np.array([1.0, 1.05, 1.1, 1.15, 1.2]) * 1e-3)
-  stats = acceptance.AlphaStats.from_betas(np.tile([1.0, 1, 0], (2, 10)), np.array([30, 30]))
+  stats = alpha_lib.AlphaStats.from_betas(np.tile([1.0, 1, 0], (2, 10)), np.array([30, 30]))
   monkeypatch.setattr(step_costs, 'StepCostRounds', _fixed_rounds(times, times, []))
-  monkeypatch.setattr(acceptance, 'measure_alpha', lambda *args, **kwargs: stats)
+  monkeypatch.setattr(alpha_lib, 'measure_alpha', lambda *args, **kwargs: stats)
   assert int(theory.best_gamma(stats.alpha, times.c, 4, times.r, times.c_first)[0]) == 4
   settings = experiments.WalltimeSettings(n=2, temperatures=(0.0,), gamma_max=4, gammas=(),
                                           max_input_len=32, max_decode_len=6, batch_size=2,
@@ -269,7 +269,7 @@ def test_walltime_experiment_runs_each_truncation_at_temperature_1(target):
 @pytest.mark.parametrize('untruncated', [True, False])
 def test_walltime_experiment_gives_the_draft_its_knobs(target, monkeypatch, untruncated):
   given = {'alpha': [], 'decoder': []}
-  measure_alpha, speculative_decoder = acceptance.measure_alpha, walltime.speculative_decoder
+  measure_alpha, speculative_decoder = alpha_lib.measure_alpha, walltime.speculative_decoder
 
   def alpha(*args, draft_sampling, **kwargs):
     given['alpha'].append(draft_sampling)
@@ -279,7 +279,7 @@ def test_walltime_experiment_gives_the_draft_its_knobs(target, monkeypatch, untr
     given['decoder'].append(draft_sampling)
     return speculative_decoder(*args, draft_sampling=draft_sampling, **kwargs)
 
-  monkeypatch.setattr(acceptance, 'measure_alpha', alpha)
+  monkeypatch.setattr(alpha_lib, 'measure_alpha', alpha)
   monkeypatch.setattr(walltime, 'speculative_decoder', decoder)
   settings = experiments.WalltimeSettings(n=1, temperatures=(1.0,), gamma_max=1, gammas=(),
                                           max_input_len=32, max_decode_len=4, batch_size=1,

@@ -86,7 +86,7 @@ def test_t5_steps_take_the_kernel_and_match_xla(monkeypatch):
   inputs = jnp.asarray(np.random.default_rng(0).integers(2, 256, (2, 9)), jnp.int32)
 
   def logits(model, inputs):
-    step_fn, cache = model.start(inputs, 8)
+    step_fn, cache = model.start(models.Batch(inputs), 8)
     return step_fn(jnp.full((2, 3), 5, jnp.int32), cache)[0]
 
   assert _uses_kernel(logits, model, inputs)

@@ -1,7 +1,6 @@
 """The package's layers: who may import whom, and a core that needs no optional library."""
 
 import ast
-import importlib
 import pathlib
 import subprocess
 import sys
@@ -9,13 +8,12 @@ import textwrap
 
 import pytest
 
-from spec_decode import _moved
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / 'spec_decode'
 # The loops and the paper's equations: they see step functions and caches, never a model.
-ENGINE = ('decoding', 'speculative', 'drafting', 'sampling', 'cache', 'loop_utils', 'beam_search',
-          'speculative_beam', 'theory', 'api_checks', 'loop_options')
+ENGINE = ('decoding', 'speculative', 'draft_phase', 'sampling', 'cache', 'loop_utils', 'beam_search',
+          'speculative_beam', 'theory', 'checks', 'options')
 # What a decoding user installs without extras: everything but the harness and the seqio tasks.
 OPTIONAL = ('seqio', 'tensorflow', 'tensorflow_datasets', 'torch', 'transformers', 'matplotlib')
 
@@ -55,8 +53,8 @@ def test_the_engine_imports_no_model_checkpoint_cli_or_training_code():
   engine = [f'spec_decode.{name}' for name in ENGINE]
   assert set(engine) <= set(MODULES), sorted(set(engine) - set(MODULES))
   forbidden = ['spec_decode.' + name for name in (
-      'models', 'drafts', 'sharding', 'multihost', 'text', 't5', 'lm', 'llama', 'checkpoints',
-      'cli', 'training', 'harness', 'demo', 'data')]
+      'models', 'multihost', 'text', 't5', 'llama', 'checkpoints', 'cli', 'training', 'harness',
+      'demo', 'data')]
   assert not offenders(lambda name: name not in engine, forbidden)
 
 
@@ -109,22 +107,32 @@ def test_the_blocked_import_check_sees_an_optional_import():
   assert done.returncode != 0 and 'blocked' in done.stderr
 
 
-# The flat layout's module paths, and what a user of each reached through them.
-OLD_PATHS = {'hf_checkpoints': 'checkpoints.hf', 'param_trees': 'checkpoints.param_trees',
-             'train': 'training.train', 'distill': 'training.distill',
-             'whitebox': 'training.whitebox', 'tasks': 'training.tasks',
-             'metrics': 'training.metrics', 'infer': 'cli.infer', 'infer_settings': 'cli.settings',
-             'jsonl': 'cli.jsonl', 'gin_utils': 'cli.gin_utils'}
+def test_no_module_of_the_package_imports_itself_through_a_cycle():
+  """The import graph among spec_decode's modules is acyclic.
+
+  A package counts as its __init__, except where a statement imports one of
+  its submodules from it (`from spec_decode import data`: an edge to data).
+  """
+  graph = {name: {t for t in targets if t in MODULES and t != name
+                  and not any(o.startswith(t + '.') for o in targets)}
+           for name, targets in MODULES.items()}
+  state = {}
+
+  def visit(name, path):
+    state[name] = 'open'
+    for target in sorted(graph[name]):
+      if state.get(target) == 'open':
+        raise AssertionError(' -> '.join(path + [name, target]))
+      if target not in state:
+        visit(target, path + [name])
+    state[name] = 'done'
+
+  for name in sorted(graph):
+    if name not in state:
+      visit(name, [])
 
 
-@pytest.mark.parametrize('old', sorted(OLD_PATHS))
-def test_old_module_paths_import_the_moved_module_with_a_warning(old):
-  new = f'spec_decode.{OLD_PATHS[old]}'
-  with pytest.warns(DeprecationWarning, match=new):
-    module = importlib.import_module(f'spec_decode.{old}')
-  assert module is importlib.import_module(new)
-  # Not reloaded: reloading gin_utils would make a second ConfigError class, and the tests that
-  # run after this one in the same process would no longer catch the errors they expect.
-  assert module.__spec__.name == new
-  sys.modules.pop(f'spec_decode.{old}')
-  assert set(_moved.MOVED) == {f'spec_decode.{name}' for name in OLD_PATHS}
+def test_the_old_flat_front_end_modules_are_gone():
+  for old in ('lm', 'lm_sharding', 'sharding', 'drafts', 'pruned_head', 'acceptance', 'api_checks',
+              'loop_options', 'drafting', '_moved', 'llama.model'):
+    assert f'spec_decode.{old}' not in MODULES, old

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from spec_decode import data
-from spec_decode import lm
 from spec_decode.cli import infer
-from spec_decode.llama import LlamaConfig, LlamaModel, generate
+from spec_decode.llama import LlamaConfig
 from spec_decode.llama.tokenizer import Tokenizer
+from spec_decode.models import LlamaModel, beam_generate, generate
 from tests import stubs
 
 tokenizers = pytest.importorskip('tokenizers')
@@ -60,7 +60,8 @@ def folders(tmp_path_factory):
   target = stubs.llama_model(CONFIG, 0)
   _write_tokenizer(path)
   prompts, lengths = _prompts(Tokenizer(path))
-  free = generate(target, prompts[:1], lengths[:1], 0, max_decode_len=MAX_DECODE_LEN, eos_id=-1)
+  free = generate(target, prompts[:1], 0, lengths=lengths[:1], max_decode_len=MAX_DECODE_LEN,
+                  eos_id=-1)
   tokens = np.asarray(free.tokens[0]).tolist()
   eos = next(t for i, t in enumerate(tokens) if i >= 3 and t not in tokens[:i])
   draft = stubs.llama_model(DRAFT, 1)
@@ -92,7 +93,7 @@ def test_greedy_outputs_are_the_library_s_with_the_folder_s_lengths_and_eos(fold
   tokenizer = Tokenizer(folders['target'])
   prompts, lengths = _prompts(tokenizer)
   assert prompts[0].tolist()[:5] == [BOS, 0, 5, 9, 0] and lengths.tolist() == [5, 2, 7]
-  expected = generate(target, prompts, lengths, 0, max_decode_len=MAX_DECODE_LEN)
+  expected = generate(target, prompts, 0, lengths=lengths, max_decode_len=MAX_DECODE_LEN)
   status, baseline = run(folders, tmp_path, 'DRAFT_CONFIG=None', 'DRAFT_CHECKPOINT=None')
   assert status == 0
   status, speculative = run(folders, tmp_path, 'GAMMA=3')
@@ -106,8 +107,9 @@ def test_greedy_outputs_are_the_library_s_with_the_folder_s_lengths_and_eos(fold
 
 
 def test_sampling_over_a_mesh_and_beam_search(folders, tmp_path):
-  """MODEL_PARALLEL goes through lm_sharding (a 1 x 1 mesh here; tests/sharding_subprocess
-  splits a Llama pair over 8 devices); beam search finds the library's beams."""
+  """MODEL_PARALLEL goes through spec_decode.models.sharding (a 1 x 1 mesh here;
+  tests/sharding_subprocess splits a Llama pair over 8 devices); beam search finds the
+  library's beams."""
   status, one = run(folders, tmp_path, 'TEMPERATURE=1.0')
   assert status == 0
   status, mesh = run(folders, tmp_path, 'TEMPERATURE=1.0', 'MODEL_PARALLEL=1',
@@ -119,8 +121,8 @@ def test_sampling_over_a_mesh_and_beam_search(folders, tmp_path):
   assert status == 0
   target = LlamaModel.load(folders['target'])
   prompts, lengths = _prompts(Tokenizer(folders['target']))
-  expected = lm.beam_generate(target, prompts, lengths, beam_size=2,
-                              max_decode_len=MAX_DECODE_LEN, eos_id=folders['eos'])
+  expected = beam_generate(target, prompts, lengths=lengths, beam_size=2,
+                           max_decode_len=MAX_DECODE_LEN, eos_id=folders['eos'])
   best = np.asarray(expected.tokens[:, -1])
   for b, record in enumerate(beams):
     assert record['output_ids'] == best[b, :len(record['output_ids'])].tolist()

@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_decode.llama import LlamaConfig, LlamaModel, generate, speculative_generate
+from spec_decode.llama import LlamaConfig
+from spec_decode.models import LlamaModel, generate, speculative_generate
+from spec_decode.models import protocol
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -82,7 +84,7 @@ def _logits(model: LlamaModel, sequences: jax.Array) -> tuple[jax.Array, jax.Arr
   of 1, 5 and 9 (loop position i is sequence position 9 + i).
   """
   full = model.network.apply({'params': model.params}, sequences)
-  step_fn, cache = model.start(sequences[:, :10], 16)
+  step_fn, cache = model.start(protocol.Batch(sequences[:, :10], reads=model.reads), 16)
   chunks = []
   for start, size in ((9, 1), (10, 5), (15, 9)):
     logits, cache = step_fn(sequences[:, start:start + size], cache)
@@ -110,7 +112,7 @@ def _assert_rows_match_transformers(out, theirs):
 @pytest.mark.parametrize('name', ['gqa', 'mha_tied'])
 def test_greedy_ragged_batch_equals_transformers_generate_per_row(checkpoints, name):
   folder, theirs = checkpoints[name]
-  out = generate(LlamaModel.load(folder), PROMPTS, LENGTHS, jax.random.key(0),
+  out = generate(LlamaModel.load(folder), PROMPTS, jax.random.key(0), lengths=LENGTHS,
                  max_decode_len=MAX_DECODE_LEN)
   _assert_rows_match_transformers(out, theirs)
 
@@ -118,10 +120,10 @@ def test_greedy_ragged_batch_equals_transformers_generate_per_row(checkpoints, n
 def test_speculative_greedy_with_another_draft_equals_the_baseline(checkpoints):
   target, draft = (LlamaModel.load(checkpoints[name][0]) for name in ('gqa', 'draft'))
   assert draft.config.num_hidden_layers == 1 and draft.config.vocab_size == 128
-  out = speculative_generate(target, draft, PROMPTS, LENGTHS, jax.random.key(0), gamma=3,
-                             max_decode_len=MAX_DECODE_LEN)
+  out = speculative_generate(target, draft, PROMPTS, jax.random.key(0), lengths=LENGTHS,
+                             gamma=3, max_decode_len=MAX_DECODE_LEN)
   _assert_rows_match_transformers(out, checkpoints['gqa'][1])
-  baseline = generate(target, PROMPTS, LENGTHS, jax.random.key(0),
+  baseline = generate(target, PROMPTS, jax.random.key(0), lengths=LENGTHS,
                       max_decode_len=MAX_DECODE_LEN)
   np.testing.assert_array_equal(out.tokens, baseline.tokens)
 

@@ -15,13 +15,16 @@ import pytest
 import safetensors.numpy
 
 from spec_decode import cache as cache_lib
-from spec_decode import decoding
-from spec_decode import lm
+from spec_decode import checks
 from spec_decode import sampling
 from spec_decode.checkpoints.hf import HF_FILE
 from spec_decode.checkpoints.param_trees import flatten
-from spec_decode.llama import LlamaConfig, LlamaModel, check_shared_vocabulary, generate
-from spec_decode.llama import speculative_generate
+from spec_decode.llama import LlamaConfig
+from spec_decode.models import LlamaModel, beam_generate, generate, speculative_generate
+from spec_decode.models import front_ends
+from spec_decode.models import llama as llama_model
+from spec_decode.models import protocol
+from spec_decode.options import Knobs, LoopOptions
 from tests import stubs
 from tests import tolerances
 
@@ -44,6 +47,19 @@ def _noisy_copy(model: LlamaModel) -> LlamaModel:
   return model.replace(params=jax.tree.map(jnp.add, model.params, noise))
 
 
+def _batch(model: LlamaModel, prompts, lengths) -> protocol.Batch:
+  """The prompts as the model reads them (what `start` takes)."""
+  return protocol.Batch(prompts, lengths, reads=model.reads)
+
+
+def _check_shared_vocabulary(target: LlamaModel, draft: LlamaModel, *,
+                             allow_tokenizer_mismatch: bool = False) -> None:
+  """What speculative_generate checks of a pair: sizes and family, then the tokenizers."""
+  checks.check_pair(target, draft)
+  if not allow_tokenizer_mismatch:
+    llama_model.check_tokenizers(target, draft)
+
+
 @jax.jit
 def _forward(model: LlamaModel, tokens: jax.Array) -> jax.Array:
   """[B, L] tokens at positions 0..L-1 -> [B, L, V] logits (no cache)."""
@@ -53,7 +69,7 @@ def _forward(model: LlamaModel, tokens: jax.Array) -> jax.Array:
 @functools.partial(jax.jit, static_argnums=(3, 4))
 def _logits_after(model, tokens, lengths, capacity, chunks):
   """Logits of `tokens` fed after the prompts, in calls of the static sizes `chunks`."""
-  step_fn, cache = model.start(PROMPTS, capacity, lengths)
+  step_fn, cache = model.start(_batch(model, PROMPTS, lengths), capacity)
   out, start = [], 0
   for size in chunks:
     logits, cache = step_fn(tokens[:, start:start + size], cache)
@@ -87,7 +103,7 @@ def _rewound_and_clean(model, tokens, garbage):
 
   Rewound, the entries of tokens[:, 3:] stay in the buffers, past the garbage.
   """
-  step_fn, cache = model.start(PROMPTS, 8, LENGTHS)
+  step_fn, cache = model.start(_batch(model, PROMPTS, LENGTHS), 8)
   _, written = step_fn(tokens, cache)
   rewound, _ = step_fn(garbage, cache_lib.rewind(written, jnp.ones((3,), jnp.int32)))
   _, clean = step_fn(tokens[:, :1], cache)
@@ -107,13 +123,13 @@ def test_ragged_batch_rows_equal_their_batch_1_runs(gamma):
   draft = _noisy_copy(target)
   run = functools.partial(speculative_generate, target, draft, gamma=gamma) if gamma else (
       functools.partial(generate, target))
-  batch = run(PROMPTS, LENGTHS, jax.random.key(0), max_decode_len=10)
+  batch = run(PROMPTS, jax.random.key(0), lengths=LENGTHS, max_decode_len=10)
   assert np.all(np.asarray(batch.generated) >= 1)
   for b in range(len(PROMPTS)):
-    alone = run(PROMPTS[b:b + 1], LENGTHS[b:b + 1], jax.random.key(0), max_decode_len=10)
+    alone = run(PROMPTS[b:b + 1], jax.random.key(0), lengths=LENGTHS[b:b + 1], max_decode_len=10)
     np.testing.assert_array_equal(batch.tokens[b], alone.tokens[0], err_msg=f'row {b}')
   if gamma:  # speculative greedy is the baseline's greedy
-    baseline = generate(target, PROMPTS, LENGTHS, jax.random.key(0), max_decode_len=10)
+    baseline = generate(target, PROMPTS, jax.random.key(0), lengths=LENGTHS, max_decode_len=10)
     np.testing.assert_array_equal(batch.tokens, baseline.tokens)
     hist = np.asarray(batch.accept_histogram)
     assert hist[0] > 0 and hist[1:].sum() > 0, hist  # rejections, and drafts kept
@@ -123,7 +139,7 @@ def test_speculative_beam_search_over_prompt_caches_equals_beam_search():
   """Beam search reorders cache rows (every leaf of the prompt cache) between steps."""
   target = stubs.llama_model(GQA, 0)
   draft = _noisy_copy(target)
-  beams = functools.partial(lm.beam_generate, target, PROMPTS, LENGTHS, beam_size=3,
+  beams = functools.partial(beam_generate, target, PROMPTS, lengths=LENGTHS, beam_size=3,
                             max_decode_len=8, eos_id=2)
   plain, spec = beams(), beams(draft=draft, gamma=2)
   np.testing.assert_array_equal(spec.tokens, plain.tokens)
@@ -138,8 +154,8 @@ TINY_DRAFT = LlamaConfig(vocab_size=6, hidden_size=8, intermediate_size=16, num_
 
 @functools.partial(jax.jit, static_argnums=(4,), compiler_options=stubs.OPTIMIZED)
 def _sample(target, draft, prompts, lengths, options, rng):
-  return lm.decode(target, draft, prompts, lengths, rng, options,
-                   sampling=sampling.SamplingParams.create(temperature=1.0))
+  return front_ends.decode(target, draft, _batch(target, prompts, lengths), rng, options,
+                           Knobs.create(sampling.SamplingParams.create(temperature=1.0)))
 
 
 @pytest.mark.parametrize('gamma', [0, 2])
@@ -152,7 +168,7 @@ def test_sampled_sequences_follow_the_target(gamma):
   prompts, lengths = np.array([[3, 1, 4, 1], [5, 2, 0, 0]]), np.array([4, 2])
   rows = 40_000
   out = _sample(target, draft if gamma else None, np.repeat(prompts, rows, 0),
-                np.repeat(lengths, rows), decoding.LoopOptions(3, gamma, eos_id=-1),
+                np.repeat(lengths, rows), LoopOptions(3, gamma, eos_id=-1),
                 jax.random.key(7))
   tokens = np.asarray(out.tokens)
   for i, (prompt, length) in enumerate(zip(prompts, lengths)):
@@ -254,9 +270,12 @@ def test_target_and_draft_must_share_the_vocabulary(tmp_path):
   target = stubs.llama_model(GQA, 0)
   other = stubs.llama_model(LlamaConfig(**{**DRAFT.__dict__, 'vocab_size': 100}), 1)
   with pytest.raises(ValueError, match='draft vocab_size 100 != target vocab_size 128'):
-    speculative_generate(target, other, PROMPTS, LENGTHS, 0, gamma=2, max_decode_len=4)
+    speculative_generate(target, other, PROMPTS, 0, lengths=LENGTHS, gamma=2, max_decode_len=4)
   with pytest.raises(ValueError, match='draft vocab_size 100'):  # no override for the sizes
-    check_shared_vocabulary(target, other, allow_tokenizer_mismatch=True)
+    speculative_generate(target, other, PROMPTS, 0, lengths=LENGTHS, gamma=2, max_decode_len=4,
+                         allow_tokenizer_mismatch=True)
+  with pytest.raises(ValueError, match='draft vocab_size 100'):
+    _check_shared_vocabulary(target, other, allow_tokenizer_mismatch=True)
 
   folders = [stubs.save_llama(m, tmp_path / name)
              for m, name in ((target, 't'), (stubs.llama_model(DRAFT, 1), 'd'))]
@@ -266,24 +285,26 @@ def test_target_and_draft_must_share_the_vocabulary(tmp_path):
   target, draft = (LlamaModel.load(folder) for folder in folders)
   assert target.tokenizer[0][0] == 'tokenizer.json' and target.tokenizer != draft.tokenizer
   with pytest.raises(ValueError, match='different tokenizer.json.*allow_tokenizer_mismatch'):
-    speculative_generate(target, draft, PROMPTS, LENGTHS, 0, gamma=2, max_decode_len=4)
-  check_shared_vocabulary(target, draft, allow_tokenizer_mismatch=True)
-  check_shared_vocabulary(target, draft.replace(tokenizer=()))  # unknown: nothing to compare
-  check_shared_vocabulary(target, draft.replace(tokenizer=target.tokenizer))
+    speculative_generate(target, draft, PROMPTS, 0, lengths=LENGTHS, gamma=2, max_decode_len=4)
+  with pytest.raises(ValueError, match='different tokenizer.json.*allow_tokenizer_mismatch'):
+    _check_shared_vocabulary(target, draft)
+  _check_shared_vocabulary(target, draft, allow_tokenizer_mismatch=True)
+  _check_shared_vocabulary(target, draft.replace(tokenizer=()))  # unknown: nothing to compare
+  _check_shared_vocabulary(target, draft.replace(tokenizer=target.tokenizer))
 
 
 def test_bad_prompts_and_eos_settings_raise_clear_errors():
   model = stubs.llama_model(GQA, 0)
   run = functools.partial(generate, model, rng=0, max_decode_len=4)
   with pytest.raises(ValueError, match=r'lengths must lie in 1\.\.P=7'):
-    run(PROMPTS, np.array([7, 0, 3]))
+    run(PROMPTS, lengths=np.array([7, 0, 3]))
   with pytest.raises(ValueError, match=r'lengths must be \[B=3\] integers'):
-    run(PROMPTS, np.array([7, 1]))
+    run(PROMPTS, lengths=np.array([7, 1]))
   with pytest.raises(ValueError, match=r'prompt_tokens\[2, 1\] = 128 is outside'):
-    run(np.where(PROMPTS == 80, 128, PROMPTS), LENGTHS)
-  run(np.where(PROMPTS == 0, 999, PROMPTS), LENGTHS)  # ids past a row's length are ignored
+    run(np.where(PROMPTS == 80, 128, PROMPTS), lengths=LENGTHS)
+  run(np.where(PROMPTS == 0, 999, PROMPTS), lengths=LENGTHS)  # ids past a row's length are ignored
   with pytest.raises(ValueError, match=r'prompt_tokens must be integer token ids \[B, P\]'):
-    run(np.zeros((3, 0), np.int32), None)
+    run(np.zeros((3, 0), np.int32), lengths=None)
   several = model.replace(config=LlamaConfig(**{**GQA.__dict__, 'eos_token_ids': (2, 9)}))
   with pytest.raises(ValueError, match=r'several EOS ids \(2, 9\).*pass eos_id'):
-    generate(several, PROMPTS, LENGTHS, 0, max_decode_len=4)
+    generate(several, PROMPTS, 0, lengths=LENGTHS, max_decode_len=4)

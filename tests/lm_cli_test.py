@@ -8,8 +8,9 @@ import pytest
 
 from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import lm
+from spec_decode import models
 from spec_decode.cli import infer
+from spec_decode.models import decoder_only
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.t5 import t5_1_1
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
@@ -25,7 +26,7 @@ PROMPTS = ['A man rides', 'Two dogs', 'The package provides']
 def files(tmp_path_factory):
   path = tmp_path_factory.mktemp('lm_cli')
   for name, config, seed in (('target', TARGET, 0), ('draft', DRAFT, 1)):
-    model = lm.DecoderOnlyModel.random(config, jax.random.key(seed))
+    model = decoder_only.DecoderOnlyModel.random(config, jax.random.key(seed))
     checkpoints.write_t5x(str(path / name), model.params, vocabulary=data.vocabulary())
   (path / 'prompts.txt').write_text('\n'.join(PROMPTS) + '\n')
   return path
@@ -43,11 +44,11 @@ def test_greedy_outputs_continue_the_prompts_as_the_library_does(files):
   baseline = run(files, 'baseline')
   speculative = run(files, 'speculative', draft_config=DRAFT,
                     draft_checkpoint=str(files / 'draft'), gamma=3)
-  target = lm.DecoderOnlyModel.load(str(files / 'target'), TARGET)
+  target = decoder_only.DecoderOnlyModel.load(str(files / 'target'), TARGET)
   vocabulary = data.vocabulary()
   for prompt, base, spec in zip(PROMPTS, baseline, speculative):
     ids = vocabulary.encode(prompt)  # no EOS: a prompt is continued
-    expected = lm.generate(target, np.asarray([ids]), None, 0, max_decode_len=12, eos_id=1)
+    expected = models.generate(target, np.asarray([ids]), 0, max_decode_len=12, eos_id=1)
     assert base['output_ids'] == np.asarray(expected.tokens[0, :expected.lengths[0]]).tolist()
     assert spec['output_ids'] == base['output_ids'] and spec['inputs'] == prompt
     assert spec['output'] == vocabulary.decode(spec['output_ids'])
@@ -70,8 +71,8 @@ def test_a_mixed_pair_is_refused(files):
 
 
 def test_over_a_mesh_as_on_one_device(files):
-  """MODEL_PARALLEL goes through spec_decode.lm_sharding (a 1 x 1 mesh here; tests/multihost_test
-  decodes a decoder-only pair over 8 devices and 2 processes)."""
+  """MODEL_PARALLEL goes through spec_decode.models.sharding (a 1 x 1 mesh here;
+  tests/multihost_test decodes a decoder-only pair over 8 devices and 2 processes)."""
   kwargs = dict(draft_config=DRAFT, draft_checkpoint=str(files / 'draft'), temperature=1.0)
   one = run(files, 'one_device', **kwargs)
   mesh = run(files, 'mesh', model_parallel=1, **kwargs)

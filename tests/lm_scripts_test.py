@@ -6,7 +6,7 @@ import jax
 import pytest
 
 from spec_decode import checkpoints
-from spec_decode import lm
+from spec_decode.models import decoder_only
 from tests import script_runner
 
 
@@ -14,7 +14,7 @@ from tests import script_runner
 def pair(tmp_path_factory):
   path = tmp_path_factory.mktemp('lm_pair')
   for name, seed in (('lm_target', 0), ('lm_draft', 1)):
-    model = lm.DecoderOnlyModel.random(lm.bundled_config(name), jax.random.key(seed))
+    model = decoder_only.DecoderOnlyModel.random(decoder_only.bundled_config(name), jax.random.key(seed))
     checkpoints.write_t5x(str(path / name), model.params, dtype='bfloat16')
   return path
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode import lm
+from spec_decode.models import decoder_only
 from spec_decode.t5.decoder_only import DecoderOnlyConfig, DecoderOnlyTransformer
 from spec_decode.training import lm as lm_training
 from tests.tolerances import assert_close
@@ -34,7 +34,7 @@ def test_batches_shift_right_and_cover_every_sequence_once():
 
 
 def test_distillation_loss_is_the_cross_entropy_of_the_teachers_distribution():
-  student, teacher = (lm.DecoderOnlyModel.random(TINY, jax.random.key(i)) for i in (0, 1))
+  student, teacher = (decoder_only.DecoderOnlyModel.random(TINY, jax.random.key(i)) for i in (0, 1))
   batch = next(lm_training.batches(lm_training.sequences('test')[:40], 512, None))
   loss, _ = lm_training.loss_fn(student.params, DecoderOnlyTransformer(TINY), batch,
                                 teacher.params, DecoderOnlyTransformer(TINY), 0.0)
@@ -52,7 +52,7 @@ def test_a_short_run_writes_a_loadable_checkpoint_and_its_log(tmp_path):
   assert summary['steps'] == 3 and summary['eval_loss'] > 0
   log = [json.loads(line) for line in (tmp_path / 'target' / 'log.jsonl').read_text().splitlines()]
   assert [r['step'] for r in log] == [1, 2, 3] and 'eval_loss' in log[1]
-  target = lm.DecoderOnlyModel.load(str(tmp_path / 'target' / 'checkpoint'), TINY, 'float32')
+  target = decoder_only.DecoderOnlyModel.load(str(tmp_path / 'target' / 'checkpoint'), TINY, 'float32')
   assert json.loads((tmp_path / 'target' / 'checkpoint' / 'vocabulary.json').read_text())[
       'vocab_size'] == 8192
   draft = lm_training.train(TINY, cfg, str(tmp_path / 'draft'), teacher=target)

@@ -8,7 +8,6 @@ import pytest
 
 from spec_decode import decoding
 from spec_decode import models
-from spec_decode import sharding
 from spec_decode.cli import infer
 from spec_decode.t5 import t5_1_1
 
@@ -49,21 +48,24 @@ def test_equal_options_compile_once():
   inputs = jax.numpy.ones((2, 8), jax.numpy.int32)
   models.speculative_generate(model, model, inputs, 0, gamma=2, max_decode_len=6,
                               verify_lengths=[3, 2])
-  compiled = models._decode._cache_size()
+  compiled = models.front_ends._decode._cache_size()
   models.speculative_generate(model, model, inputs, 1, gamma=2, max_decode_len=6,
                               verify_lengths=(2,))
-  assert models._decode._cache_size() == compiled
+  assert models.front_ends._decode._cache_size() == compiled
 
 
 def test_the_front_ends_take_the_same_knobs():
   speculative = _knobs(models.speculative_generate)
-  assert _knobs(sharding.speculative_generate) == speculative
-  assert _knobs(decoding.speculative_decode) == speculative
+  assert _knobs(decoding.speculative_decode) <= speculative
+  assert speculative - _knobs(decoding.speculative_decode) == {
+      'inputs', 'lengths', 'allow_tokenizer_mismatch'}
   baseline = _knobs(models.generate)
-  assert _knobs(sharding.generate) == baseline == _knobs(decoding.autoregressive_decode)
+  assert _knobs(decoding.autoregressive_decode) <= baseline
+  assert baseline - _knobs(decoding.autoregressive_decode) == {'inputs', 'lengths'}
   assert {f.name for f in dataclasses.fields(decoding.LoopOptions)} <= speculative
   # The command line: every knob but the per-call ones, the samplings as their parts.
   cli = _knobs(infer.infer)
-  assert speculative - {'rng', 'prompt', 'eos_id', 'sampling', 'draft_sampling'} <= cli
+  assert speculative - {'inputs', 'lengths', 'rng', 'prompt', 'eos_id', 'sampling',
+                        'draft_sampling', 'allow_tokenizer_mismatch'} <= cli
   assert {'temperature', 'top_k', 'top_p', 'draft_temperature', 'draft_top_k',
           'draft_top_p'} <= cli

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spec_decode import acceptance
-from spec_decode import drafts
+from spec_decode.models import alpha as alpha_lib
+from spec_decode.models import drafts
 from spec_decode.harness import loading
 from spec_decode.harness import loop_costs
 from spec_decode.harness import step_costs
@@ -53,7 +53,7 @@ def inputs():
 
 
 def _generate(target, inputs, sampling, n=8):
-  return acceptance.generate_sequences(target, inputs[:n], sampling=sampling,
+  return alpha_lib.generate_sequences(target, inputs[:n], sampling=sampling,
                                        max_decode_len=MAX_DECODE_LEN, rng=jax.random.key(0),
                                        batch_size=4)
 
@@ -61,7 +61,7 @@ def _generate(target, inputs, sampling, n=8):
 @pytest.mark.parametrize('sampling', [GREEDY, SAMPLED])
 def test_draft_equal_to_target_has_alpha_one(target, inputs, sampling):
   tokens, lengths = _generate(target, inputs, sampling)
-  stats = acceptance.measure_alpha(target, target, inputs[:8], tokens, lengths, sampling=sampling,
+  stats = alpha_lib.measure_alpha(target, target, inputs[:8], tokens, lengths, sampling=sampling,
                                    batch_size=4)
   assert stats.alpha == pytest.approx(1.0, abs=1e-5)
   assert stats.positions == lengths.sum() and len(stats.sequence_alpha) == 8
@@ -69,11 +69,11 @@ def test_draft_equal_to_target_has_alpha_one(target, inputs, sampling):
 
 def test_greedy_beta_is_argmax_agreement(target, draft, inputs):
   tokens, lengths = _generate(target, inputs, GREEDY)
-  beta = np.asarray(acceptance.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens),
+  beta = np.asarray(alpha_lib.betas(target, draft, models.Batch(jnp.asarray(inputs[:8])), jnp.asarray(tokens),
                                      GREEDY))
   decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))
   p_argmax, q_argmax = (
-      np.argmax(acceptance.teacher_forced_logits(m, inputs[:8], decoder_inputs), -1)
+      np.argmax(alpha_lib.teacher_forced_logits(m, models.Batch(inputs[:8]), decoder_inputs), -1)
       for m in (target, draft))
   valid = np.arange(MAX_DECODE_LEN)[None, :] < lengths[:, None]
   # The teacher-forced pass is aligned with decoding: its argmax is the greedy output.
@@ -85,7 +85,7 @@ def test_greedy_beta_is_argmax_agreement(target, draft, inputs):
 def test_alpha_matches_the_engines_acceptance_rate(target, draft, inputs):
   """gamma = 1: each iteration accepts its one draft with probability beta."""
   tokens, lengths = _generate(target, inputs, SAMPLED, n=32)
-  stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=SAMPLED,
+  stats = alpha_lib.measure_alpha(target, draft, inputs, tokens, lengths, sampling=SAMPLED,
                                    batch_size=16)
   out = models.speculative_generate(target, draft, inputs, jax.random.key(1), gamma=1,
                                     max_decode_len=MAX_DECODE_LEN, sampling=SAMPLED)
@@ -102,12 +102,12 @@ NUCLEUS = sampling_lib.SamplingParams.create(1.0, top_p=0.3)
 def test_betas_with_the_drafts_own_knobs(target, draft, inputs):
   tokens, _ = _generate(target, inputs, NUCLEUS)
   decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))
-  p, q = (sampling_lib.adjust(acceptance.teacher_forced_logits(m, inputs[:8], decoder_inputs), s)
+  p, q = (sampling_lib.adjust(alpha_lib.teacher_forced_logits(m, models.Batch(inputs[:8]), decoder_inputs), s)
           for m, s in ((target, NUCLEUS), (draft, NUCLEUS.untruncated())))
-  untruncated = acceptance.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens),
+  untruncated = alpha_lib.betas(target, draft, models.Batch(jnp.asarray(inputs[:8])), jnp.asarray(tokens),
                                  NUCLEUS, NUCLEUS.untruncated())
   np.testing.assert_allclose(untruncated, np.sum(np.minimum(p, q), -1), rtol=1e-5, atol=1e-6)
-  same = acceptance.betas(target, draft, jnp.asarray(inputs[:8]), jnp.asarray(tokens), NUCLEUS)
+  same = alpha_lib.betas(target, draft, models.Batch(jnp.asarray(inputs[:8])), jnp.asarray(tokens), NUCLEUS)
   assert not np.allclose(untruncated, same)  # the knobs reach q
 
 
@@ -119,7 +119,7 @@ def test_alpha_of_an_untruncated_draft_matches_the_engines_acceptance_rate(targe
   failed with q's knobs dropped by hand in `measure_alpha` or in `speculative_generate`.
   """
   tokens, lengths = _generate(target, inputs, NUCLEUS, n=32)
-  stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=NUCLEUS,
+  stats = alpha_lib.measure_alpha(target, draft, inputs, tokens, lengths, sampling=NUCLEUS,
                                    batch_size=16, draft_sampling=NUCLEUS.untruncated())
   histograms = [models.speculative_generate(
       target, draft, inputs, jax.random.key(seed), gamma=1, max_decode_len=MAX_DECODE_LEN,
@@ -133,7 +133,7 @@ def test_alpha_of_an_untruncated_draft_matches_the_engines_acceptance_rate(targe
 
 def test_alpha_stats_from_betas():
   betas = np.array([[1.0, 0.0, 0.7], [1.0, 1.0, 1.0], [0.5, 0.3, 0.2]])
-  stats = acceptance.AlphaStats.from_betas(betas, np.array([2, 3, 1]))
+  stats = alpha_lib.AlphaStats.from_betas(betas, np.array([2, 3, 1]))
   assert stats.alpha == pytest.approx(4.5 / 6)
   np.testing.assert_allclose(stats.sequence_alpha, [0.5, 1.0, 0.5])
   assert stats.positions == 6 and stats.stderr > 0
@@ -315,10 +315,10 @@ def test_time_decoding_and_summary(target, draft, inputs):
 
   # At temperature 0 the betas (0 or 1) along the target's outputs give the loop's
   # tokens per call exactly.
-  tokens, lengths = acceptance.generate_sequences(target, inputs[:3], sampling=GREEDY,
+  tokens, lengths = alpha_lib.generate_sequences(target, inputs[:3], sampling=GREEDY,
                                                   max_decode_len=MAX_DECODE_LEN,
                                                   rng=jax.random.key(0))
-  stats = acceptance.measure_alpha(target, draft, inputs[:3], tokens, lengths, sampling=GREEDY)
+  stats = alpha_lib.measure_alpha(target, draft, inputs[:3], tokens, lengths, sampling=GREEDY)
   assert [b.tolist() for b in stats.betas] == [
       [float(t == u) for t, u in zip(out, draft_out)] for out, draft_out in zip(
           baseline.tokens, _greedy_predictions(target, draft, inputs[:3], tokens))]
@@ -347,7 +347,7 @@ def test_decode_speedup_between_the_starts_and_the_loops():
 def _greedy_predictions(target, draft, inputs, tokens):
   """The draft's argmax at each position of the target's outputs (teacher-forced)."""
   decoder_inputs = jnp.pad(jnp.asarray(tokens)[:, :-1], ((0, 0), (1, 0)))
-  logits = acceptance.teacher_forced_logits(draft, jnp.asarray(inputs), decoder_inputs)
+  logits = alpha_lib.teacher_forced_logits(draft, models.Batch(jnp.asarray(inputs)), decoder_inputs)
   return np.asarray(jnp.argmax(logits, axis=-1)).tolist()
 
 

@@ -9,7 +9,7 @@ and those of the command line's test (runs/sharded/tiny_cpu.gin's sizes).
 Every run loads them onto their shards (each host reading its slices),
 decodes over a (1, 8) mesh, the target split across the hosts:
 speculatively, autoregressively and by speculative beam search, greedily and
-by sampling, and a decoder-only pair (spec_decode.lm_sharding) behind ragged
+by sampling, and a decoder-only pair (spec_decode.models.sharding) behind ragged
 prompts; process 0 writes the gathered tokens to
 WORKDIR/decoded_<NUM_PROCESSES>.json. MODE 'die' makes process 1 exit once
 every process has joined, while the others go on decoding.
@@ -30,13 +30,14 @@ import jax
 import numpy as np
 
 from spec_decode import checkpoints
-from spec_decode import decoding
-from spec_decode import lm
-from spec_decode import lm_sharding
 from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
-from spec_decode import sharding
+from spec_decode.models import decoder_only
+from spec_decode.models import front_ends
+from spec_decode.models import protocol
+from spec_decode.models import sharding
+from spec_decode.options import Knobs, LoopOptions
 from spec_decode.t5.config import T5Config, t5_1_1
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
@@ -70,10 +71,10 @@ def _decode(mesh: jax.sharding.Mesh, workdir: pathlib.Path) -> dict:
   tokens, keys = rows(tokens), rows(keys)
   outputs = {}
   for name, knobs in KNOBS.items():
-    out = sharding.speculative_generate(target, draft, tokens, keys, gamma=GAMMA,
-                                        sampling=knobs(), max_decode_len=MAX_DECODE_LEN)
+    out = models.speculative_generate(target, draft, tokens, keys, gamma=GAMMA,
+                                      sampling=knobs(), max_decode_len=MAX_DECODE_LEN)
     outputs[f'speculative_{name}'] = multihost.gather(out.tokens).tolist()
-    out = sharding.generate(target, tokens, keys, sampling=knobs(), max_decode_len=MAX_DECODE_LEN)
+    out = models.generate(target, tokens, keys, sampling=knobs(), max_decode_len=MAX_DECODE_LEN)
     outputs[f'baseline_{name}'] = multihost.gather(out.tokens).tolist()
   out = models.beam_generate(target, tokens, beam_size=2, max_decode_len=MAX_DECODE_LEN,
                              draft=draft, gamma=GAMMA, draft_width=2)
@@ -85,21 +86,22 @@ def _decode_lm(mesh: jax.sharding.Mesh, workdir: pathlib.Path, rows, keys) -> di
   """A decoder-only pair over the mesh behind ragged prompts (and on one device, alone)."""
   prompts = _inputs()[:, :6]
   lengths = np.asarray([6, 1, 3, 0, 5, 2, 6, 4], np.int32)
-  target = lm_sharding.load_model(str(workdir / 'lm_target'), LM_TARGET, mesh,
-                                  sharding.STANDARD_RULES)
-  draft = lm_sharding.load_model(str(workdir / 'lm_draft'), LM_DRAFT, mesh,
-                                 sharding.DATA_PARALLEL_RULES)
-  options = decoding.LoopOptions(MAX_DECODE_LEN, GAMMA, eos_id=1)
+  target = sharding.load_model(str(workdir / 'lm_target'), LM_TARGET, mesh,
+                               sharding.STANDARD_RULES)
+  draft = sharding.load_model(str(workdir / 'lm_draft'), LM_DRAFT, mesh,
+                              sharding.DATA_PARALLEL_RULES)
+  options = LoopOptions(MAX_DECODE_LEN, GAMMA, eos_id=1)
   outputs = {}
   for name, knobs in KNOBS.items():
-    out = lm_sharding.decode(target, draft, rows(prompts), rows(lengths), keys, options,
-                             sampling=knobs())
+    batch = protocol.Batch(rows(prompts), rows(lengths), reads=target.reads)
+    out = front_ends.run(target, draft, batch, keys, options, Knobs.create(knobs()))  # on the mesh
     outputs[f'lm_speculative_{name}'] = multihost.gather(out.tokens).tolist()
     if COUNT == 1:  # the reference's own reference: one device, no mesh
-      one = jax.jit(lm.decode, static_argnums=5)(
-          lm.DecoderOnlyModel.load(str(workdir / 'lm_target'), LM_TARGET),
-          lm.DecoderOnlyModel.load(str(workdir / 'lm_draft'), LM_DRAFT), prompts, lengths,
-          multihost.gather(keys), options, sampling=knobs())
+      one = front_ends.run(
+          decoder_only.DecoderOnlyModel.load(str(workdir / 'lm_target'), LM_TARGET),
+          decoder_only.DecoderOnlyModel.load(str(workdir / 'lm_draft'), LM_DRAFT),
+          protocol.Batch(prompts, lengths, reads=target.reads), multihost.gather(keys), options,
+          Knobs.create(knobs()))
       outputs[f'lm_one_device_{name}'] = np.asarray(one.tokens).tolist()
   return outputs
 
@@ -116,8 +118,8 @@ def main() -> None:
       checkpoints.write_t5x(str(workdir / name),
                             models.T5Model.random(config, jax.random.key(seed)).params)
     for name, config, seed in (('lm_target', LM_TARGET, 4), ('lm_draft', LM_DRAFT, 5)):
-      checkpoints.write_t5x(str(workdir / name),
-                            lm.DecoderOnlyModel.random(config, jax.random.key(seed)).params)
+      model = decoder_only.DecoderOnlyModel.random(config, jax.random.key(seed))
+      checkpoints.write_t5x(str(workdir / name), model.params)
   assert jax.device_count() == 8, jax.devices()
   if MODE == 'die' and INDEX == 1:
     os._exit(9)  # pylint: disable=protected-access

@@ -130,7 +130,7 @@ def test_panel_gradients_are_xla_s():
 
 
 def _step_logits(model, inputs):
-  step_fn, cache = model.start(inputs, 8)
+  step_fn, cache = model.start(models.Batch(inputs), 8)
   return step_fn(jnp.full((2, 3), 5, jnp.int32), cache)[0]
 
 

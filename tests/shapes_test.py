@@ -1,4 +1,4 @@
-"""Tests for spec_decode.harness.shapes, its report (scripts/studies/shape_walltime.py) and
+"""Tests for scripts/studies/shape_walltime.py (its speedup tables, settings and report) and
 scripts/accelerator_check.sh (CPU, tiny shapes)."""
 
 import json
@@ -11,7 +11,6 @@ import textwrap
 import numpy as np
 import pytest
 
-from spec_decode.harness import shapes
 from spec_decode import theory
 from tests import script_runner
 
@@ -40,7 +39,7 @@ def _record(iteration_ms: dict[int, float], *, batch_size: int = 1, token_ms: fl
 
 
 def test_speedup_is_eq1_over_the_measured_iteration():
-  out = shapes.speedups(_record({2: 15.0, 7: 25.0}))
+  out = shape_walltime.speedups(_record({2: 15.0, 7: 25.0}))
   # alpha 0.5, gamma 2: E = 1.75 tokens.
   assert out['table'][0]['0.5'] == pytest.approx(1.75 * 10.0 / 15.0)
   e7 = float(theory.expected_tokens(0.9, 7))
@@ -59,11 +58,11 @@ def test_block_verification_loops_stay_out_of_the_speedup_tables():
   record = _record({3: 20.0})
   record['loops'].append(dict(loop='gamma 3 block', gamma=3, verification='block',
                               iteration_ms=1.0))
-  assert shapes.speedups(record) == shapes.speedups(_record({3: 20.0}))
+  assert shape_walltime.speedups(record) == shape_walltime.speedups(_record({3: 20.0}))
 
 
 def test_a_batch_s_iterations_cost_what_was_timed_whatever_was_accepted():
-  one, eight = (shapes.speedups(_record({3: 20.0}, batch_size=b))['table'][0]['0.9']
+  one, eight = (shape_walltime.speedups(_record({3: 20.0}, batch_size=b))['table'][0]['0.9']
                 for b in (1, 8))
   assert one == eight == pytest.approx(float(theory.expected_tokens(0.9, 3)) * 10 / 20)
 
@@ -75,23 +74,24 @@ def test_a_batch_s_iterations_cost_what_was_timed_whatever_was_accepted():
     (dict(gammas=(1, 2), block_gammas=(3,)), 'block_gammas')])
 def test_bad_settings_are_named(change, message):
   with pytest.raises(ValueError, match=message):
-    shapes.ShapeSettings(**change)
+    shape_walltime.ShapeSettings(**change)
 
 
 def test_the_draft_takes_its_own_dtype_where_given():
-  settings = shapes.ShapeSettings(target='base', draft='small', dtype='float32',
-                                  draft_dtype='bf16_weights')
-  target, draft = shapes.model_config('base', settings), shapes.model_config(
-      'small', settings, settings.draft_dtype)
+  settings = shape_walltime.ShapeSettings(target='base', draft='small', dtype='float32',
+                                          draft_dtype='bf16_weights')
+  target = shape_walltime.model_config('base', settings)
+  draft = shape_walltime.model_config('small', settings, settings.draft_dtype)
   assert (target.dtype, target.param_dtype) == ('float32', 'float32')
   assert (draft.dtype, draft.param_dtype) == ('float32', 'bfloat16')
-  assert shapes.model_config('small', shapes.ShapeSettings(dtype='float32')).param_dtype == 'float32'
+  float32 = shape_walltime.ShapeSettings(dtype='float32')
+  assert shape_walltime.model_config('small', float32).param_dtype == 'float32'
 
 
 def test_report_rebuilds_from_its_json(tmp_path):
   record = _record({1: 12.0, 2: 15.0})
-  record.update(shapes.speedups(record), devices=['cpu:0'], device_kind='cpu', platform='cpu',
-                jax_version='0', build_s=1.0, params=dict(target=11e9, draft=77e6),
+  record.update(shape_walltime.speedups(record), devices=['cpu:0'], device_kind='cpu',
+                platform='cpu', jax_version='0', build_s=1.0, params=dict(target=11e9, draft=77e6),
                 start_ms=dict(target=5.0, draft=1.0), peak_memory_gib=1.0,
                 peak_memory_kind='peak process RSS')
   record['settings'].update(dtype='bfloat16', input_len=64, max_decode_len=32, model_parallel=1,

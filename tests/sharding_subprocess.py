@@ -34,14 +34,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from spec_decode import checkpoints
-from spec_decode.cli import infer
-from spec_decode import decoding
-from spec_decode import lm
-from spec_decode import lm_sharding
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import sharding
-from spec_decode.llama import LlamaConfig, LlamaModel
+from spec_decode.cli import infer
+from spec_decode.llama import LlamaConfig
+from spec_decode.models import LlamaModel
+from spec_decode.models import front_ends
+from spec_decode.models import protocol
+from spec_decode.models import sharding
+from spec_decode.options import Knobs, LoopOptions
 from spec_decode.t5.config import T5Config, t5_1_1
 from spec_decode.t5.network import Transformer
 
@@ -99,7 +100,7 @@ def _collectives(hlo: str, weight_shapes: set[tuple[int, ...]]) -> dict:
 def _verify_step_hlo(target: sharding.ShardedT5Model) -> str:
   """Compiled HLO of one target call over K = gamma + 1 positions, as in the loop."""
   capacity = MAX_DECODE_LEN + GAMMA + 1
-  cache = jax.eval_shape(lambda m, x: m.start(x, capacity)[1], target, TOKENS)
+  cache = jax.eval_shape(lambda m, x: m.start(protocol.Batch(x), capacity)[1], target, TOKENS)
   cache_shardings = sharding.cache_shardings(cache, target.mesh, target.rules)
 
   def verify(model, step_tokens, cache):
@@ -124,7 +125,7 @@ def _decode_all(generate, speculative, target, draft) -> dict:
 
 
 def _speculative(generate_fn, verification='token', confidence_threshold=None):
-  """(target, draft, tokens, rng, sampling) -> DecodeOutput of models' or sharding's function."""
+  """(target, draft, tokens, rng, sampling) -> DecodeOutput of `generate_fn`, sharded or not."""
   return lambda t, d, x, k, s: generate_fn(t, d, x, k, gamma=GAMMA, sampling=s,
                                            max_decode_len=MAX_DECODE_LEN,
                                            verification=verification,
@@ -137,20 +138,20 @@ def _check_mesh(model_parallel: int, target: models.T5Model, draft: models.T5Mod
   mesh = sharding.make_mesh(model_parallel)
   target = sharding.shard_model(target, mesh, sharding.STANDARD_RULES)
   draft = sharding.shard_model(draft, mesh, sharding.DATA_PARALLEL_RULES)
-  speculative = _speculative(sharding.speculative_generate)
+  speculative = _speculative(models.speculative_generate)  # the models carry their mesh
   weight_shapes = {tuple(x.shape) for x in jax.tree.leaves(target.params)}
   result = {'mesh_shape': dict(mesh.shape)}
   if model_parallel == 8:  # Inside an outer jit (as infer.py calls it): the loop's HLO too.
     speculative = jax.jit(speculative).lower(target, draft, TOKENS, KEYS,
                                              KNOBS['sampled']).compile()
     result['loop'] = _collectives(speculative.as_text(), weight_shapes)
-  outputs = _decode_all(sharding.generate, speculative, target, draft)
+  outputs = _decode_all(models.generate, speculative, target, draft)
   if model_parallel == 4:  # One key for all rows: replicated, split per row inside.
     out = speculative(target, draft, TOKENS, ONE_KEY, KNOBS['sampled'])
     outputs['one_key_sampled'] = _outputs(out)
     outputs['block_adaptive_sampled'] = _outputs(_speculative(
-        sharding.speculative_generate, 'block', 0.4)(target, draft, TOKENS, KEYS,
-                                                     KNOBS['sampled']))
+        models.speculative_generate, 'block', 0.4)(target, draft, TOKENS, KEYS,
+                                                   KNOBS['sampled']))
     result['output_specs'] = [str(out.tokens.sharding.spec), str(out.lengths.sharding.spec)]
   if model_parallel > 1:
     result['verify_step'] = _collectives(_verify_step_hlo(target), weight_shapes)
@@ -191,14 +192,14 @@ def _check_llama() -> dict:
   target, draft = (LlamaModel.random(config, jax.random.key(seed))
                    for config, seed in ((LLAMA, 0), (LLAMA_DRAFT, 1)))
   prompts, lengths = TOKENS[:, :6], np.array([6, 1, 3, 5, 2, 6, 4, 1], np.int32)
-  options = decoding.LoopOptions(MAX_DECODE_LEN, gamma=GAMMA, eos_id=-1)
-  sharded = (lm_sharding.shard_model(target, mesh, sharding.STANDARD_RULES),
-             lm_sharding.shard_model(draft, mesh, sharding.DATA_PARALLEL_RULES))
+  options = LoopOptions(MAX_DECODE_LEN, gamma=GAMMA, eos_id=-1)
+  sharded = (sharding.shard_model(target, mesh, sharding.STANDARD_RULES),
+             sharding.shard_model(draft, mesh, sharding.DATA_PARALLEL_RULES))
+  batch = protocol.Batch(prompts, lengths, reads=target.reads)
   identical = {}
   for name, knobs in KNOBS.items():
-    one = jax.jit(lm.decode, static_argnums=5)(target, draft, prompts, lengths, KEYS, options,
-                                               sampling=knobs)
-    split = lm_sharding.decode(*sharded, prompts, lengths, KEYS, options, sampling=knobs)
+    one = front_ends.run(target, draft, batch, KEYS, options, Knobs.create(knobs))  # one device
+    split = front_ends.run(*sharded, batch, KEYS, options, Knobs.create(knobs))  # over the mesh
     identical[name] = _same(_outputs(split), _outputs(one))
   kernel = sharded[0].params['layers_0']['self_attn']['k_proj']['kernel']
   return {'identical': identical, 'k_proj_spec': str(kernel.sharding.spec)}

@@ -22,7 +22,8 @@ from spec_decode.cli import gin_utils
 from spec_decode.cli import infer
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
-from spec_decode import sharding
+from spec_decode.models import protocol
+from spec_decode.models import sharding
 from spec_decode.t5 import t5_1_1
 
 SCRIPT = pathlib.Path(__file__).with_name('sharding_subprocess.py')
@@ -161,7 +162,8 @@ def test_bad_rules_and_meshes_are_errors():
 def test_cache_shardings_by_rules():
   config = t5_1_1('nano', vocab_size=64)
   model = models.T5Model.random(config, jax.random.key(0))
-  cache = jax.eval_shape(lambda m: m.start(np.ones((2, 5), np.int32), 9)[1], model)
+  cache = jax.eval_shape(lambda m: m.start(protocol.Batch(np.ones((2, 5), np.int32)), 9)[1],
+                         model)
   mesh = sharding.make_mesh(1, jax.devices()[:1])
   specs = lambda rules: jax.tree.map(lambda s: tuple(s.spec),
                                      sharding.cache_shardings(cache, mesh, rules))
@@ -186,8 +188,8 @@ def test_draft_sampling_reaches_the_sharded_loop():
   kwargs = dict(gamma=2, max_decode_len=8, sampling=sampling_lib.SamplingParams.create(1.0))
   draft_sampling = sampling_lib.SamplingParams.create(0.3, top_k=2)
   keys = jax.random.split(jax.random.key(2), 2)
-  sharded = sharding.speculative_generate(shard(target), shard(draft), inputs, keys,
-                                          draft_sampling=draft_sampling, **kwargs)
+  sharded = models.speculative_generate(shard(target), shard(draft), inputs, keys,
+                                        draft_sampling=draft_sampling, **kwargs)
   expected = models.speculative_generate(target, draft, inputs, keys,
                                          draft_sampling=draft_sampling, **kwargs)
   without = models.speculative_generate(target, draft, inputs, keys, **kwargs)

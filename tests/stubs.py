@@ -12,7 +12,8 @@ from scipy import stats
 from spec_decode import cache as cache_lib
 from spec_decode.checkpoints.hf import HF_FILE, HF_INDEX
 from spec_decode.checkpoints.param_trees import flatten
-from spec_decode.llama import LlamaConfig, LlamaModel
+from spec_decode.llama import LlamaConfig
+from spec_decode.models import LlamaModel
 from spec_decode.llama import hf
 
 # Compiler options of the jitted loops that run long (the statistical tests'

@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
 from spec_decode import demo
 from spec_decode.harness import loading
@@ -130,7 +130,7 @@ def evaluation_sets(target: models.T5Model
   for task, split, n in EVALUATIONS:
     inputs = loading.encode_texts([e['inputs'] for e in data.load_examples(task, split, n)], 256)
     for t in TEMPERATURES:
-      tokens, lengths = acceptance.generate_sequences(
+      tokens, lengths = alpha_lib.generate_sequences(
           target, inputs, sampling=sampling_lib.SamplingParams.create(t), max_decode_len=128,
           rng=jax.random.key(0), progress=True)
       sets[task, t] = (inputs, tokens, lengths)
@@ -143,7 +143,7 @@ def measure_row(target: models.T5Model, checkpoint: pathlib.Path, draft: str,
   model = loading.load_model(_config(draft), str(checkpoint))
   out = {}
   for (task, t), (inputs, tokens, lengths) in sets.items():
-    stats = acceptance.measure_alpha(target, model, inputs, tokens, lengths,
+    stats = alpha_lib.measure_alpha(target, model, inputs, tokens, lengths,
                                      sampling=sampling_lib.SamplingParams.create(t))
     out[f'{task} T={t:g}'] = stats.alpha
     out[f'{task} T={t:g} s.e.'] = stats.stderr

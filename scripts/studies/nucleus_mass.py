@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
 from spec_decode import demo
 from spec_decode.harness import loading
@@ -57,7 +57,7 @@ def positions_beyond(model, examples, *, temperature: float, top_p: float, caps:
 
   @jax.jit
   def top_mass(encoder_input_tokens, decoder_input_tokens):
-    logits = acceptance.teacher_forced_logits(model, encoder_input_tokens, decoder_input_tokens)
+    logits = alpha_lib.teacher_forced_logits(model, encoder_input_tokens, decoder_input_tokens)
     probs = sampling.adjust(logits, params)[0]  # [L, V]
     return jnp.cumsum(jax.lax.top_k(probs, max(caps))[0], axis=-1)  # [L, max cap]
 

@@ -24,9 +24,9 @@ import argparse
 import jax
 import numpy as np
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import demo
-from spec_decode import drafts
+from spec_decode.models import drafts
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import step_costs
@@ -75,10 +75,10 @@ def main() -> None:
   alphas = {}
   for temperature in args.temperatures:
     knobs = sampling_lib.SamplingParams.create(temperature=temperature)
-    tokens, lengths = acceptance.generate_sequences(target, inputs, sampling=knobs,
+    tokens, lengths = alpha_lib.generate_sequences(target, inputs, sampling=knobs,
                                                     max_decode_len=args.max_decode_len, rng=rng)
     for name, (draft, _) in heads.items():
-      alphas[name, temperature] = acceptance.measure_alpha(target, draft, inputs, tokens, lengths,
+      alphas[name, temperature] = alpha_lib.measure_alpha(target, draft, inputs, tokens, lengths,
                                                            sampling=knobs).alpha
   header = ' | '.join(f'alpha T={t:g}' for t in args.temperatures)
   print(f'| head | training-target tokens covered | {header} | c | c_first |')

@@ -16,14 +16,12 @@ import jax
 import numpy as np
 
 from spec_decode import checkpoints
-from spec_decode import lm
-from spec_decode import lm_sharding
-from spec_decode import models
 from spec_decode import multihost
-from spec_decode import sharding
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli.jsonl import Example
-from spec_decode.llama import LlamaConfig, LlamaModel
+from spec_decode.llama import LlamaConfig
+from spec_decode.models import DecoderOnlyModel, LlamaModel, T5Model
+from spec_decode.models import sharding
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
@@ -90,26 +88,24 @@ def load(name: str, config: T5Config | DecoderOnlyConfig | LlamaConfig | None, p
          mesh: jax.sharding.Mesh | None) -> Any:
   """The model from its checkpoint, in config.param_dtype, on the device (or mesh).
 
-  A DecoderOnlyConfig gives a decoder-only model (spec_decode.lm), a
-  LlamaConfig a Llama model from a Hugging Face folder (spec_decode.llama),
-  each over a mesh by spec_decode.lm_sharding.
+  A DecoderOnlyConfig gives a decoder-only model, a LlamaConfig a Llama
+  model from a Hugging Face folder, each over a mesh by
+  spec_decode.models.sharding.
   """
   if config is None:
     return None
   try:
-    rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
-    if isinstance(config, (DecoderOnlyConfig, LlamaConfig)) and mesh is not None:
-      return lm_sharding.load_model(path, config, mesh, rules)
+    if mesh is not None:
+      rules = sharding.STANDARD_RULES if name == 'target' else sharding.DATA_PARALLEL_RULES
+      return sharding.load_model(path, config, mesh, rules)
     if isinstance(config, LlamaConfig):
       return LlamaModel.load(path, config=config)
     if isinstance(config, DecoderOnlyConfig):
-      return lm.DecoderOnlyModel.load(path, config)
-    if mesh is not None:
-      return sharding.load_model(path, config, mesh, rules)
+      return DecoderOnlyModel.load(path, config)
     params = checkpoints.load_params(path, config)
   except ValueError as e:  # Arrays that do not fit the config.
     raise ConfigError(f'{name}: {e}') from None
-  return models.T5Model(config, jax.device_put(params))
+  return T5Model(config, jax.device_put(params))
 
 
 def batches(examples: list[Example], batch_size: int, input_len: int, rng: jax.Array,

@@ -70,17 +70,13 @@ from spec_decode.cli.jsonl import Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
 from spec_decode import kernels
-from spec_decode import lm
-from spec_decode import lm_sharding
-from spec_decode import models
 from spec_decode import multihost
 from spec_decode import sampling as sampling_lib
-from spec_decode import sharding
-from spec_decode.llama import LlamaModel
+from spec_decode.models import front_ends
+from spec_decode.models import protocol
+from spec_decode.options import Knobs
 from spec_decode.t5.config import T5Config
 
-# The decoder-only models, which continue prompts (spec_decode.lm).
-DECODER_ONLY = (lm.DecoderOnlyModel, LlamaModel)
 
 def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
           draft_config: T5Config | None = None, draft_checkpoint: str | None = None,
@@ -106,7 +102,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
 
   Args:
     target_config: the target model M_p: a T5Config; or a decoder-only
-      model's, a DecoderOnlyConfig (spec_decode.lm) or a LlamaConfig
+      model's, a DecoderOnlyConfig or a LlamaConfig
       (spec_decode.llama, e.g. LlamaConfig.from_hf(folder)), whose inputs
       are prompts it continues (no EOS appended; `output` is the
       continuation).
@@ -162,7 +158,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     draft_temperature, draft_top_k, draft_top_p: the knobs that turn the
       draft's logits into q, each None for the target's (the output follows
       p exactly for any q: e.g. draft_top_k=0, draft_top_p=1.0 spare the
-      draft its truncation work; models.speculative_generate's draft_sampling).
+      draft its truncation work; spec_decode.speculative_generate's draft_sampling).
     memory_limit_gb: the memory the run may use, in GB; None: the device's
       limit (an accelerator) or MemAvailable (a CPU host). A run whose buffers
       (spec_decode.cli.memory: parameters, encoder outputs, KV caches) exceed
@@ -240,13 +236,16 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
                    max_decode_len=max_decode_len, check_finite=check_finite,
                    eos_id=infer_settings.stop_id(settings))
   else:
-    options = dict(loop=infer_settings.loop_options(settings, speculate=speculate),
-                   lenience=lenience, confidence_threshold=confidence_threshold)
+    options = dict(loop=infer_settings.loop_options(settings, speculate=speculate))
+  try:
+    knobs = (Knobs.create(sampling, draft_sampling, lenience, confidence_threshold) if speculate
+             else Knobs.create(sampling))
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   output = (jsonl.Output(output_file, input_file) if devices.is_writer()
             else jsonl.Discard(jax.process_index()))
   with jsonl.writing(output, len(examples)) as out:
-    summary = _run(out, examples, configs, paths, vocabulary, (sampling, draft_sampling),
-                   options, beam=decode == 'beam', batch_size=batch_size, seed=seed,
+    summary = _run(out, examples, configs, paths, vocabulary, knobs, options, beam=decode == 'beam', batch_size=batch_size, seed=seed,
                    model_parallel=model_parallel)
   if devices.is_writer():
     _print_summary(summary, speculate and decode == 'sample', gamma)
@@ -255,8 +254,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
 
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, Any],
          paths: dict[str, str | None], vocabulary: Any,
-         knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None],
-         options: dict[str, Any], *, beam: bool, batch_size: int, seed: int,
+         knobs: Knobs, options: dict[str, Any], *, beam: bool, batch_size: int, seed: int,
          model_parallel: int) -> dict[str, Any]:
   """Loads the models, compiles, decodes every batch into `out`; returns the summary.
 
@@ -315,24 +313,13 @@ def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, Any],
 
 
 def _decode(target: Any, draft: Any, tokens: jax.Array, lengths: jax.Array, rng: jax.Array,
-            knobs: tuple[sampling_lib.SamplingParams, sampling_lib.SamplingParams | None], *,
-            loop: decoding.LoopOptions, lenience: float,
-            confidence_threshold: float | None) -> decoding.DecodeOutput:
-  """Baseline decoding without a draft, speculative decoding with one (knobs: p's, q's).
+            knobs: Knobs, *, loop: decoding.LoopOptions) -> decoding.DecodeOutput:
+  """Baseline decoding without a draft, speculative decoding with one.
 
   A decoder-only pair continues the inputs as prompts of `lengths` [B]
   tokens; a T5 pair reads its padding from the 0s of `tokens`.
   """
-  sampling, draft_sampling = knobs
-  knobs = dict(sampling=sampling) if draft is None else dict(
-      sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
-      confidence_threshold=confidence_threshold)
-  if isinstance(target, lm_sharding.Sharded):
-    return lm_sharding.decode(target, draft, tokens, lengths, rng, loop, **knobs)
-  if isinstance(target, DECODER_ONLY):
-    return lm.decode(target, draft, tokens, lengths, rng, loop, **knobs)
-  lib = sharding if isinstance(target, sharding.ShardedT5Model) else models
-  return lib.decode(target, draft, tokens, rng, loop, **knobs)
+  return front_ends.run(target, draft, protocol.Batch.of(target, tokens, lengths), rng, loop, knobs)
 
 
 def _record(example: Example, result: decoding.DecodeOutput, b: int,
@@ -347,12 +334,12 @@ def _record(example: Example, result: decoding.DecodeOutput, b: int,
 
 
 def _beam_decode(target: Any, draft: Any, tokens: jax.Array, lengths: jax.Array, rng: jax.Array,
-                 knobs: Any, **options: Any) -> beam_search.BeamOutput:
+                 knobs: Knobs, **options: Any) -> beam_search.BeamOutput:
   """Beam search (speculative with a draft); rng and the sampling knobs are unused."""
   del rng, knobs
-  if isinstance(target, DECODER_ONLY):
-    return lm.beam_generate(target, tokens, lengths, draft=draft, **options)
-  return models.beam_generate(target, tokens, draft=draft, **options)
+  batch = protocol.Batch.of(target, tokens, lengths)
+  return front_ends.beam_generate(target, batch.tokens, lengths=batch.lengths, draft=draft,
+                                    **options)
 
 
 def _beam_record(example: Example, result: beam_search.BeamOutput, b: int, vocabulary: Any,

@@ -22,8 +22,7 @@ from typing import Any, BinaryIO, Iterator, Sequence, TextIO
 from etils import epath
 
 from spec_decode.cli.gin_utils import ConfigError, Interrupted
-
-EOS_ID = 1  # T5's end of sequence: every input ends with it, decoding stops at it.
+from spec_decode.text import EOS_ID  # every T5 input ends with it, decoding stops at it
 INCOMPLETE = '.incomplete'  # suffix of the output file until its last record is written
 
 # Fields every output record has; an input JSON field of these names would be lost.

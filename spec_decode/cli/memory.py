@@ -78,7 +78,7 @@ def estimate(configs: dict[str, T5Config | DecoderOnlyConfig | LlamaConfig], *, 
     if panels and isinstance(config, T5Config) and jnp.dtype(config.dtype) == jnp.float32:
       parts['panels'] = parts.get('panels', 0) + 2 * sum(
           math.prod(shape) for path, shape in shapes.items()
-          if models.is_dense_kernel(tuple(path.split('/'))))
+          if models.t5.is_dense_kernel(tuple(path.split('/'))))
     item = jnp.dtype(config.dtype).itemsize
     if isinstance(config, T5Config):  # a decoder-only model's prompt is in its KV cache
       parts['encoder outputs'] += rows * input_len * config.emb_dim * item

@@ -11,7 +11,7 @@ from typing import Any
 
 from etils import epath
 
-from spec_decode import api_checks
+from spec_decode import checks
 from spec_decode import checkpoints
 from spec_decode import decoding
 from spec_decode.cli.gin_utils import ConfigError
@@ -25,7 +25,7 @@ from spec_decode.text import EOS_ID
 # T5X pads embeddings to a multiple of this many ids (T5's 32100 -> 32128).
 VOCAB_PADDING = 128
 
-INT32_MAX = api_checks.INT32_MAX  # token ids, positions, counts and top_k are int32 on the device
+INT32_MAX = checks.INT32_MAX  # token ids, positions, counts and top_k are int32 on the device
 # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): larger seeds repeat smaller.
 SEED_MAX = 2**32 - 1
 
@@ -216,7 +216,7 @@ def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: i
   Args:
     decode: 'sample' or 'beam'.
     beam_size: beams W, >= 1.
-    beam_alpha: brevity penalty exponent (api_checks.check_alpha).
+    beam_alpha: brevity penalty exponent (checks.check_alpha).
     draft_width: paths m the draft proposes per beam, in 1..vocab_size.
     batch_size: inputs B decoded together; beam search steps B * W rows, a
       target call with a draft B * W * m: they must fit int32.
@@ -226,13 +226,13 @@ def check_beam(*, decode: str, beam_size: int, beam_alpha: float, draft_width: i
   if decode not in ('sample', 'beam'):
     raise ConfigError(f"decode (DECODE in gin) must be 'sample' or 'beam', got {decode!r}")
   try:
-    api_checks.check_alpha(beam_alpha)
+    checks.check_alpha(beam_alpha)
   except (TypeError, ValueError) as e:
     raise ConfigError(f'beam_alpha (BEAM_ALPHA in gin): {e}') from None
   if decode != 'beam':
     return
   try:
-    api_checks.check_beam_settings(beam_size, batch=batch_size, vocab_size=vocab_size,
+    checks.check_beam_settings(beam_size, batch=batch_size, vocab_size=vocab_size,
                                    draft_width=draft_width if speculate else None)
   except ValueError as e:
     raise ConfigError(f'{e} (BEAM_SIZE, DRAFT_WIDTH, BATCH_SIZE in gin)') from None

@@ -19,9 +19,9 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
-from spec_decode import drafts
+from spec_decode.models import drafts
 from spec_decode.harness import loading
 from spec_decode.harness import report
 from spec_decode.harness import step_costs
@@ -40,7 +40,7 @@ DRAFT_KINDS = ('unigram', 'bigram', 'prompt_lookup', 'uniform')
 
 
 def draft_provider(kind: str, vocab_size: int, task: str = 'demo_ende',
-                   cache_dir: str | pathlib.Path | None = None) -> drafts.DraftProvider:
+                   cache_dir: str | pathlib.Path | None = None) -> models.Model:
   """A draft provider by name (one of DRAFT_KINDS).
 
   Args:
@@ -169,10 +169,10 @@ def walltime_experiment(target: models.T5Model, draft: loading.Draft, draft_name
     draft_sampling = sampling.untruncated() if untruncated else None
     knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p,
                  **({'q_untruncated': True} if untruncated else {}))
-    tokens, lengths = acceptance.generate_sequences(
+    tokens, lengths = alpha_lib.generate_sequences(
         target, inputs, sampling=sampling, max_decode_len=s.max_decode_len, rng=rng,
         batch_size=s.batch_size, progress=True)
-    stats = acceptance.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
+    stats = alpha_lib.measure_alpha(target, draft, inputs, tokens, lengths, sampling=sampling,
                                      batch_size=s.batch_size, draft_sampling=draft_sampling)
     alpha_rows.append(dict(task=s.task, target=target_name, draft=draft_name, **knobs,
                            **stats.row()))

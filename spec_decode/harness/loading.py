@@ -17,15 +17,13 @@ from typing import Sequence
 import numpy as np
 import sentencepiece as spm
 
-from spec_decode import acceptance
 from spec_decode import data
-from spec_decode import decoding
-from spec_decode import drafts
+from spec_decode.models import drafts
 from spec_decode import models
 from spec_decode.t5.config import T5Config, of_size, t5_1_1
 
+from spec_decode.text import EOS_ID
 
-BOS_ID, EOS_ID = decoding.BOS_ID, 1
 # Batch-1 timing decodes each input in the smallest length bucket that holds it:
 # 32, 64, 128, ... tokens (`trim_padding`), one compile per bucket and decoder (the
 # demo took 114 s with buckets from 16, 85 s from 32: EPYC, one run each).
@@ -138,7 +136,7 @@ def target_token_stream(task: str, split: str = 'train', *, limit: int | None = 
   return stream
 
 
-Draft = acceptance.Draft
+Draft = models.Model  # a model, or a draft of spec_decode.models.drafts
 
 
 def pruned_head(draft: models.T5Model, task: str, size: int) -> models.PrunedHeadDraft:

@@ -1,7 +1,8 @@
 """Progress bars that fall back to plain iteration where tqdm is not installed.
 
-The accelerator benchmark (`shapes`) must run on images with only jax, flax,
-optax, numpy, orbax, tensorstore, sentencepiece and msgpack.
+The accelerator benchmark (scripts/studies/shape_walltime.py) must run on
+images with only jax, flax, optax, numpy, orbax, tensorstore, sentencepiece and
+msgpack.
 """
 
 from typing import Iterable, TypeVar

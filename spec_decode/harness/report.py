@@ -6,7 +6,7 @@ results.json without a model:
 
   alpha rows (Table 3): task, target, draft, temperature (top_k, top_p
     optional: 0 and 1 when absent) and the keys of
-    `acceptance.AlphaStats.row` (alpha, stderr, std, sequences, positions,
+    `alpha_lib.AlphaStats.row` (alpha, stderr, std, sequences, positions,
     q10 .. q90 of the per-sequence alpha).
   walltime rows (Table 2): task, draft, temperature, top_k, top_p (as
     above), chosen (the gamma

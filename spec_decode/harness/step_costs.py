@@ -33,6 +33,7 @@ from spec_decode.harness import progress as progress_lib
 from spec_decode.harness import timing
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
+from spec_decode.models import protocol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,19 +123,21 @@ def start_program(models_: tuple, encoder_input_tokens: jax.Array, capacity: int
   Returns:
     The models' fresh caches.
   """
-  return tuple(model.start(encoder_input_tokens, capacity)[1] for model in models_)
+  batch = protocol.Batch.of(models_[0], encoder_input_tokens)
+  return tuple(model.start(batch, capacity)[1] for model in models_)
 
 
 @functools.partial(jax.jit, static_argnames=('capacity',))
 def _fresh_cache(model: loading.Draft, encoder_input_tokens: jax.Array, capacity: int):
-  return model.start(encoder_input_tokens, capacity)[1]
+  return model.start(protocol.Batch.of(model, encoder_input_tokens), capacity)[1]
 
 
 @functools.partial(jax.jit, static_argnames=('k', 'num_steps'))
 def _step_loop(model: loading.Draft, encoder_input_tokens: jax.Array, cache: cache_lib.Cache, *,
                k: int, num_steps: int) -> jax.Array:
   """num_steps calls over K positions, each fed the argmaxes of the last (serial)."""
-  step_fn, _ = model.start(encoder_input_tokens, cache.capacity)  # XLA drops the unused encoder.
+  # XLA drops the unused encoder.
+  step_fn, _ = model.start(protocol.Batch.of(model, encoder_input_tokens), cache.capacity)
   position = cache.index
 
   def body(_, carry):
@@ -153,13 +156,14 @@ def _iteration_loop(target: models.T5Model, draft: loading.Draft, encoder_input_
   """num_steps iterations of `parts`, each fed the argmaxes of the last.
 
   'drafts': gamma draft steps, the first over two positions as decoding's
-  (`drafting.first_call`); 'verify': one target call over the last verify_k
+  (`draft_phase.first_call`); 'verify': one target call over the last verify_k
   of [last token, x_1..x_gamma] (gamma + 1: a verify call; 1 after one draft
   step: the (draft step, target step) pair that times c_first).
   """
   (target_cache, draft_cache) = caches
-  target_step, _ = target.start(encoder_input_tokens, target_cache.capacity)
-  draft_step, _ = draft.start(encoder_input_tokens, draft_cache.capacity)
+  batch = protocol.Batch.of(target, encoder_input_tokens)
+  target_step, _ = target.start(batch, target_cache.capacity)
+  draft_step, _ = draft.start(batch, draft_cache.capacity)
   position = target_cache.index
 
   def body(_, carry):

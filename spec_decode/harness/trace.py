@@ -19,11 +19,12 @@ import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
-from spec_decode import drafting
+from spec_decode import draft_phase
 from spec_decode.harness import figures
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import speculative
+from spec_decode.models import protocol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,14 +47,14 @@ class Iteration:
 
 @functools.partial(jax.jit, static_argnames='capacity')
 def _start(model: models.T5Model, encoder_input_tokens: jax.Array, capacity: int):
-  return model.start(encoder_input_tokens, capacity)[1]
+  return model.start(protocol.Batch.of(model, encoder_input_tokens), capacity)[1]
 
 
 @jax.jit
 def _step(model: models.T5Model, encoder_input_tokens: jax.Array, tokens: jax.Array,
           cache: cache_lib.Cache):
   # model.start's step function; its fresh cache is unused (and compiled away).
-  step_fn, _ = model.start(encoder_input_tokens, cache.capacity)
+  step_fn, _ = model.start(protocol.Batch.of(model, encoder_input_tokens), cache.capacity)
   return step_fn(tokens, cache)
 
 
@@ -108,10 +109,10 @@ def trace_speculative(target: models.T5Model, draft: models.T5Model,
     rng, draft_key, accept_key = split[:, 0], split[:, 1], split[:, 2]
     draft_keys = jax.vmap(lambda k: jax.random.split(k, gamma))(draft_key)  # [1, gamma]
 
-    # 1. gamma draft calls, the first over the last two tokens (drafting.first_call).
+    # 1. gamma draft calls, the first over the last two tokens (draft_phase.first_call).
     drafts, qs = [], []
     known = jnp.asarray([[decoding.BOS_ID] + output + [0]], jnp.int32)  # last at len(output)
-    logits, draft_cache = drafting.first_call(
+    logits, draft_cache = draft_phase.first_call(
         lambda tokens, cache: _step(draft, inputs, tokens, cache), draft_cache, known)
     for i in range(gamma):
       if i:

@@ -23,6 +23,7 @@ from spec_decode.harness import timing
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
+from spec_decode.models import protocol
 
 
 DecodeFn = Callable[[jax.Array, jax.Array], decoding.DecodeOutput]
@@ -179,7 +180,8 @@ def t5x_baseline_decoder(target: models.T5Model, *, max_decode_len: int,
 
   @jax.jit
   def decode(target, inputs: jax.Array, keys: jax.Array) -> decoding.DecodeOutput:
-    step_fn, cache = target.start(inputs, decoding.cache_length(max_decode_len))
+    step_fn, cache = target.start(protocol.Batch.of(target, inputs),
+                                  decoding.cache_length(max_decode_len))
 
     def tokens_to_logits(state):
       logits, new_cache = step_fn(state.cur_token, state.cache)

@@ -4,12 +4,11 @@
   network  the Flax network: RoPE, grouped-query attention, SwiGLU, RMS norm; prompt caches
   hf       safetensors weights and tokenizer fingerprints of a checkpoint folder
   tokenizer  the folder's tokenizer (tokenizer.json or tokenizer.model): text to ids and back
-  model    LlamaModel (start -> step function and cache), generate, speculative_generate
+
+The model itself is spec_decode.models.LlamaModel; it decodes through
+spec_decode.generate / speculative_generate / beam_generate as every family does.
 """
 
 from spec_decode.llama.config import LlamaConfig
-from spec_decode.llama.model import (LlamaModel, check_shared_vocabulary, generate,
-                                     speculative_generate)
 
-__all__ = ['LlamaConfig', 'LlamaModel', 'check_shared_vocabulary', 'generate',
-           'speculative_generate']
+__all__ = ['LlamaConfig']

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 import jax
 import numpy as np
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import data
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
@@ -87,7 +87,7 @@ def distill_examples(target: models.T5Model, examples: Sequence[dict[str, str]],
   # Batches of similar input length finish decoding at similar steps.
   order = np.argsort([len(e['inputs']) for e in examples], kind='stable')
   inputs = data.vocabulary().encode_batch([examples[i]['inputs'] for i in order], max_input_len)
-  sorted_tokens, sorted_lengths = acceptance.generate_sequences(
+  sorted_tokens, sorted_lengths = alpha_lib.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(temperature),
       max_decode_len=max_decode_len, rng=jax.random.key(seed), batch_size=batch_size,
       progress=progress)
@@ -186,7 +186,7 @@ def _samples(model: models.T5Model, inputs: Sequence[list[int]], cfg: Any,
     tokens = np.zeros((len(members), length), np.int32)
     for row, i in enumerate(members):
       tokens[row, :len(inputs[i])] = inputs[i]
-    outputs, lengths = acceptance.generate_sequences(
+    outputs, lengths = alpha_lib.generate_sequences(
         model, tokens, sampling=sampling_lib.SamplingParams.create(temperature),
         max_decode_len=cfg.max_decode_len, rng=jax.random.fold_in(rng, length),
         batch_size=min(ROWS, len(inputs)))  # one batch shape whatever the bucket holds

@@ -31,7 +31,7 @@ import tqdm
 
 from spec_decode import checkpoints
 from spec_decode import data
-from spec_decode import lm
+from spec_decode.models import decoder_only
 from spec_decode.t5.decoder_only import DecoderOnlyConfig, DecoderOnlyTransformer
 from spec_decode.text import EOS_ID
 from spec_decode.training import checks
@@ -157,7 +157,7 @@ def evaluate(params: Any, config: DecoderOnlyConfig, seqs: list[np.ndarray],
 
 
 def train(config: DecoderOnlyConfig, cfg: LMTrainConfig, output_dir: str,
-          teacher: lm.DecoderOnlyModel | None = None) -> dict:
+          teacher: decoder_only.DecoderOnlyModel | None = None) -> dict:
   """Trains a model (a draft distilled from `teacher` if given); writes it and its log.
 
   Returns:
@@ -172,7 +172,7 @@ def train(config: DecoderOnlyConfig, cfg: LMTrainConfig, output_dir: str,
   tx = optax.adafactor(schedule, decay_rate=0.8, multiply_by_parameter_scale=True,
                        clipping_threshold=1.0)
   network = DecoderOnlyTransformer(config)
-  params = lm.DecoderOnlyModel.random(config, jax.random.key(cfg.seed)).params
+  params = decoder_only.DecoderOnlyModel.random(config, jax.random.key(cfg.seed)).params
   opt_state = tx.init(params)
   teacher_args = ((None, None) if teacher is None
                   else (teacher.params, DecoderOnlyTransformer(teacher.config)))

@@ -42,7 +42,7 @@ import optax
 import orbax.checkpoint as ocp
 import tqdm
 
-from spec_decode import acceptance
+from spec_decode.models import alpha as alpha_lib
 from spec_decode import checkpoints
 from spec_decode import data
 from spec_decode.cli import gin_utils
@@ -243,14 +243,14 @@ def evaluation_set(target: models.T5Model,
 
   Returns:
     encoder inputs [N, S], output tokens [N, max_decode_len] and lengths [N]
-    for `acceptance.measure_alpha`; N ~ eval_examples, by task weight.
+    for `alpha_lib.measure_alpha`; N ~ eval_examples, by task weight.
   """
   weights = np.array([w for _, w in cfg.tasks]) / sum(w for _, w in cfg.tasks)
   texts = [e['inputs'] for (task, _), w in zip(cfg.tasks, weights) for e in
            distill.select_examples(task, 'validation', max(1, round(w * cfg.eval_examples)),
                                    seed=cfg.seed)]
   inputs = data.vocabulary().encode_batch(texts, cfg.input_buckets[-1])
-  tokens, lengths = acceptance.generate_sequences(
+  tokens, lengths = alpha_lib.generate_sequences(
       target, inputs, sampling=sampling_lib.SamplingParams.create(cfg.eval_temperature),
       max_decode_len=cfg.max_decode_len, rng=jax.random.key(cfg.seed),
       batch_size=min(distill.ROWS, len(texts)))
@@ -325,7 +325,7 @@ def train(target_config: T5Config, target_checkpoint: str, draft_config: T5Confi
     log.flush()
 
   def evaluate(step: int, params: Any) -> None:
-    alpha = acceptance.measure_alpha(
+    alpha = alpha_lib.measure_alpha(
         target, models.T5Model(draft_config, params), *eval_set,
         sampling=sampling_lib.SamplingParams.create(cfg.eval_temperature),
         batch_size=min(distill.ROWS, len(eval_set[0])))

@@ -1,13 +1,15 @@
-"""Checks of the public API's settings, shared by the library and the command line.
+"""Every check of the public API's arguments, shared by the library and the command line.
 
 Each raises ValueError (TypeError for a value of the wrong kind) naming the
-setting, the bad value and what is allowed, before anything is compiled: a
-setting the loops would turn into garbage never reaches them.
+argument, the bad value and what is allowed, before anything is compiled: a
+setting the loops would turn into garbage never reaches them. Traced values
+pass the value checks (their shapes are still checked); `options.LoopOptions`
+and `options.Knobs` run these once, where they are built.
 """
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,7 @@ MAX_ALPHA = 10.0
 # The largest brevity penalty kept: a score log P / penalty then stays a
 # normal float32 (>= 1e-38 in magnitude) for any log P down to -1e-8.
 _MAX_PENALTY = 1e30
+VERIFICATIONS = ('token', 'block')
 
 
 def check_int(name: str, value: Any, minimum: int = 1, maximum: int = INT32_MAX) -> int:
@@ -43,6 +46,84 @@ def check_int(name: str, value: Any, minimum: int = 1, maximum: int = INT32_MAX)
     raise ValueError(f'{name} must be an integer >= {minimum} and <= {maximum}{bound}, '
                      f'got {value!r}')
   return int(value)
+
+
+def check_size(name: str, value: Any, minimum: int = 1) -> int:
+  """`value` as an int in [minimum, int32 max], else ValueError naming `name`."""
+  return check_int(name, value, minimum)
+
+
+def check_eos(eos_id: Any, vocab_size: int | None = None) -> int:
+  """An end-of-sequence id: -1 (no row stops at a token) or an id of the vocabulary.
+
+  Raises:
+    ValueError: not an integer, below -1, or (with `vocab_size`) at or past V:
+      an id no row can produce would never stop a row.
+  """
+  maximum = INT32_MAX if vocab_size is None else vocab_size - 1
+  if (isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral)
+      or not -1 <= eos_id <= maximum):
+    within = f' (the vocabulary is [0, {vocab_size}))' if vocab_size is not None else ''
+    raise ValueError(f'eos_id must be -1 (no end token) or a token id in 0..{maximum}{within}, '
+                     f'got {eos_id!r}')
+  return int(eos_id)
+
+
+def check_verification(verification: str) -> str:
+  """Returns verification if it names a rule ('token' or 'block'); raises ValueError otherwise."""
+  if verification not in VERIFICATIONS:
+    raise ValueError(f'verification must be one of {VERIFICATIONS}, got {verification!r}')
+  return verification
+
+
+def _scalar_in(name: str, value: Any, low: float, high: float, low_open: bool, hint: str) -> None:
+  """Raises ValueError unless `value` is a real scalar in the range (a traced one passes)."""
+  if isinstance(value, jax.core.Tracer):
+    return
+  array = np.asarray(value)
+  if (array.shape or array.dtype == bool or not np.issubdtype(array.dtype, np.number)
+      or not (low < array <= high if low_open else low <= array <= high)):
+    raise ValueError(f'{name} must be {hint}, got {value!r}')
+
+
+def check_lenience(lenience: Any) -> None:
+  """Raises ValueError unless lenience is a scalar in (0, 1]; a traced one passes unchecked."""
+  _scalar_in('lenience', lenience, 0, 1, True, 'a number in (0, 1]')
+
+
+def check_threshold(confidence_threshold: Any) -> None:
+  """Raises ValueError unless the threshold is None or a number in [0, 1] (traced passes)."""
+  if confidence_threshold is not None:
+    _scalar_in('confidence_threshold', confidence_threshold, 0, 1, False,
+               'None or a number in [0, 1]')
+
+
+def check_verify_lengths(verify_lengths: Sequence[int] | None,
+                         gamma: int) -> tuple[int, ...] | None:
+  """Validates the static verify lengths K.
+
+  Args:
+    verify_lengths: None, or K values each an int in 2..gamma + 1.
+    gamma: the most drafts per iteration.
+
+  Returns:
+    None, or the sorted K values with gamma + 1 added.
+
+  Raises:
+    ValueError: verify_lengths that is not a sequence (e.g. a bare int), or
+      a K that is not an int in 2..gamma + 1.
+  """
+  if verify_lengths is None:
+    return None
+  if isinstance(verify_lengths, (str, bytes)) or not isinstance(verify_lengths, Iterable):
+    raise ValueError(f'verify_lengths must be None or a sequence of integers in 2..gamma + 1 = '
+                     f'{gamma + 1} (e.g. ({gamma + 1},)), got {verify_lengths!r}')
+  lengths = tuple(verify_lengths)
+  if not all(isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= gamma + 1
+             for k in lengths):
+    raise ValueError(f'verify_lengths must be integers in 2..gamma + 1 = {gamma + 1}, '
+                     f'got {verify_lengths!r}')
+  return tuple(sorted(set(lengths) | {gamma + 1}))
 
 
 def check_alpha(alpha: Any, max_decode_len: int | None = None) -> Any:
@@ -224,6 +305,68 @@ def check_inputs(encoder_input_tokens: jax.Array, prompt: jax.Array | None,
           raise ValueError(f'prompt row {first_row + rows[0]} holds 0 before a token: 0 is '
                            'padding, allowed only after a row\'s last token')
   return encoder_input_tokens, prompt
+
+
+def check_prompts(prompt_tokens: Any, lengths: Any, vocab_size: int,
+                  min_length: int = 1) -> tuple[jax.Array, jax.Array | None]:
+  """Raises ValueError for prompts a decoder-only model cannot take; returns them as arrays.
+
+  Shapes and dtypes are always checked; token ids (in [0, V)) and lengths
+  (in min_length..P) only when concrete.
+
+  Args:
+    prompt_tokens: [B, P] integer ids (or a list of equal rows); P >= min_length.
+    lengths: None (every row P long), or [B] integers.
+    vocab_size: V.
+    min_length: the shortest prompt the models take (0 or 1).
+  """
+  prompt_tokens = as_array('prompt_tokens', prompt_tokens)
+  shape, dtype = jnp.shape(prompt_tokens), jnp.result_type(prompt_tokens)
+  if len(shape) != 2 or shape[1] < min_length or not jnp.issubdtype(dtype, jnp.integer):
+    raise ValueError(f'prompt_tokens must be integer token ids [B, P] with P >= {min_length}, '
+                     f'got {dtype} {shape}')
+  if lengths is not None:
+    lengths = as_array('lengths', lengths)
+    if jnp.shape(lengths) != shape[:1] or not jnp.issubdtype(jnp.result_type(lengths),
+                                                              jnp.integer):
+      raise ValueError(f'lengths must be [B={shape[0]}] integers, got '
+                       f'{jnp.result_type(lengths)} {jnp.shape(lengths)}')
+  concrete = lambda x: x is not None and not isinstance(x, jax.core.Tracer)
+  if concrete(prompt_tokens) and prompt_tokens.size:
+    for first_row, ids in _host_rows(prompt_tokens):
+      width = np.arange(shape[1])[None] < (
+          shape[1] if lengths is None or not concrete(lengths)
+          else np.asarray(lengths)[first_row:first_row + len(ids), None])
+      bad = width & ((ids < 0) | (ids >= vocab_size))
+      if bad.any():
+        row, column = np.argwhere(bad)[0]
+        raise ValueError(f'prompt_tokens[{first_row + row}, {column}] = {ids[row, column]} is '
+                         f'outside the vocabulary [0, {vocab_size})')
+  if concrete(lengths):
+    for _, values in _host_rows(lengths):
+      if values.size and (values.min() < min_length or values.max() > shape[1]):
+        raise ValueError(f'lengths must lie in {min_length}..P={shape[1]}, got '
+                         f'{values.min()}..{values.max()}')
+  return prompt_tokens, lengths
+
+
+def check_pair(target: Any, draft: Any) -> None:
+  """Raises ValueError unless the draft proposes the target's tokens from the same inputs.
+
+  Both must have one vocabulary size (the loops compare p and q token by
+  token); a draft that is a model (it has `reads`) must read the inputs as
+  the target does (an encoder input, or a prompt with or without a start
+  token of its own), and live on the target's mesh where either has one.
+  """
+  if target.vocab_size != draft.vocab_size:
+    raise ValueError(f'draft vocab_size {draft.vocab_size} != target vocab_size '
+                     f'{target.vocab_size}: speculative sampling needs a shared vocabulary')
+  if hasattr(draft, 'reads') and draft.reads != target.reads:
+    raise ValueError(f'the target reads its inputs as {target.reads}, the draft as {draft.reads}: '
+                     'pair models of one family')
+  meshes = getattr(target, 'mesh', None), getattr(draft, 'mesh', None)
+  if any(m is not None for m in meshes) and hasattr(draft, 'mesh') and meshes[0] != meshes[1]:
+    raise ValueError(f'the draft is on {meshes[1]}, the target on {meshes[0]}: one mesh')
 
 
 def _host_rows(array: Any) -> list[tuple[int, np.ndarray]]:

@@ -9,19 +9,24 @@ axis to a mesh axis or to None (replicated), as T5X's partitioner does:
                        Megatron-style model parallelism, for the target.
   DATA_PARALLEL_RULES  batch -> data, parameters replicated: for a small draft.
 
-A `ShardedT5Model` is a T5Model that knows its mesh and rules: its parameters lie
-on their shards and its caches are constrained to theirs inside the loops.
-`generate` and `speculative_generate` are those of `spec_decode.models`
-jit-compiled with in/out shardings: parameters per their rules; inputs, PRNG keys
-and outputs split by row over `data`. XLA's SPMD partitioner adds the
-collectives: an all-reduce after each contraction over a sharded axis, never a
-gather of a weight.
+A sharded model (`ShardedT5Model`, `ShardedDecoderOnlyModel`,
+`ShardedLlamaModel`) is a model that carries its mesh and rules: its
+parameters lie on their shards and its caches are constrained to theirs
+inside the loops. The front ends (spec_decode.models.front_ends) compile such
+a target with in/out shardings (`input_shardings`, `output_shardings`):
+parameters per their rules; inputs, PRNG keys and outputs split by row over
+`data`. XLA's SPMD partitioner adds the collectives: an all-reduce after each
+contraction over a sharded axis, never a gather of a weight. Decoder-only
+parameters carry T5X's names (`decoder/layers_0/mlp/wo/kernel`) or Llama's
+(`layers_0/mlp/down_proj/kernel`, the same axes); their caches behind the
+prompts (`cache.PromptState`) are laid out by rank as T5's. Over several
+processes the inputs and keys are global arrays (spec_decode.multihost).
 
   mesh = make_mesh(model_parallel=8)
   target = load_model(xxl_path, t5_1_1('xxl'), mesh, STANDARD_RULES)
   draft = load_model(small_path, t5_1_1('small'), mesh, DATA_PARALLEL_RULES)
-  out = speculative_generate(target, draft, inputs, jax.random.key(0), gamma=4,
-                             max_decode_len=128)  # out.tokens [B, 128], rows over data
+  out = spec_decode.speculative_generate(target, draft, inputs, jax.random.key(0), gamma=4,
+                                         max_decode_len=128)  # rows over data
 """
 
 import functools
@@ -34,15 +39,16 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from spec_decode import api_checks
 from spec_decode import cache as cache_lib
 from spec_decode import checkpoints
 from spec_decode import decoding
-from spec_decode import drafting
-from spec_decode import models
-from spec_decode import sampling as sampling_lib
-from spec_decode import speculative
+from spec_decode.llama.config import LlamaConfig
+from spec_decode.models import protocol
+from spec_decode.models.decoder_only import DecoderOnlyModel
+from spec_decode.models.llama import LlamaModel
+from spec_decode.models.t5 import T5Model
 from spec_decode.t5.config import T5Config
+from spec_decode.t5.decoder_only import DecoderOnlyConfig
 
 DATA, MODEL = 'data', 'model'
 Rules = tuple[tuple[str, str | None], ...]
@@ -175,8 +181,27 @@ def batch_sharding(mesh: Mesh, rules: Rules, shape: tuple[int, ...],
                                    rules, what))
 
 
+class _OnMesh:
+  """What a model laid out over a mesh adds: its shardings and a constrained cache.
+
+  Mixed into a model dataclass with `mesh` and `rules` fields.
+  """
+
+  def with_panels(self):
+    """Itself: a mesh keeps XLA's products (see spec_decode.kernels)."""
+    return self
+
+  def shardings(self):
+    """The model with its parameters' NamedShardings as leaves (jit's in_shardings)."""
+    return self.replace(params=param_shardings(self.params, self.mesh, self.rules))
+
+  def start(self, batch: protocol.Batch, capacity: int):
+    """The model's start, with the cache held to its shardings by every step."""
+    return constrained(*super().start(batch, capacity), self.mesh, self.rules)
+
+
 @flax.struct.dataclass
-class ShardedT5Model(models.T5Model):
+class ShardedT5Model(_OnMesh, T5Model):
   """A T5Model laid out over a mesh by logical axis rules.
 
   Attributes:
@@ -189,18 +214,21 @@ class ShardedT5Model(models.T5Model):
   mesh: Mesh = flax.struct.field(pytree_node=False)
   rules: Rules = flax.struct.field(pytree_node=False)
 
-  def with_panels(self) -> 'ShardedT5Model':
-    """Itself: a mesh keeps XLA's products (see spec_decode.kernels)."""
-    return self
 
-  def shardings(self) -> 'ShardedT5Model':
-    """The model with its parameters' NamedShardings as leaves (jit's in_shardings)."""
-    return self.replace(params=param_shardings(self.params, self.mesh, self.rules))
+@flax.struct.dataclass
+class ShardedDecoderOnlyModel(_OnMesh, DecoderOnlyModel):
+  """A DecoderOnlyModel laid out over a mesh by logical axis rules (attributes as above)."""
 
-  def start(self, encoder_input_tokens: jax.Array,
-            capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
-    """T5Model.start, with the cache held to its shardings by every step."""
-    return constrained(*super().start(encoder_input_tokens, capacity), self.mesh, self.rules)
+  mesh: Mesh = flax.struct.field(pytree_node=False)
+  rules: Rules = flax.struct.field(pytree_node=False)
+
+
+@flax.struct.dataclass
+class ShardedLlamaModel(_OnMesh, LlamaModel):
+  """A LlamaModel laid out over a mesh by logical axis rules (attributes as above)."""
+
+  mesh: Mesh = flax.struct.field(pytree_node=False, kw_only=True)
+  rules: Rules = flax.struct.field(pytree_node=False, kw_only=True)
 
 
 def constrained(step_fn: decoding.StepFn, cache: cache_lib.Cache, mesh: Mesh,
@@ -215,35 +243,46 @@ def constrained(step_fn: decoding.StepFn, cache: cache_lib.Cache, mesh: Mesh,
   return sharded_step_fn, constrain(cache)
 
 
-def shard_model(model: models.T5Model, mesh: Mesh, rules: Rules) -> ShardedT5Model:
-  """A T5Model's parameters placed over `mesh` by `rules`."""
+def shard_model(model: T5Model | DecoderOnlyModel | LlamaModel, mesh: Mesh, rules: Rules):
+  """A model's parameters placed over `mesh` by `rules`: its sharded class."""
   rules = check_rules(rules)
-  return ShardedT5Model(model.config, shard_params(model.params, mesh, rules), mesh, rules)
+  params = shard_params(model.params, mesh, rules)
+  if isinstance(model, LlamaModel):
+    return ShardedLlamaModel(model.config, params, model.tokenizer, mesh=mesh, rules=rules)
+  if isinstance(model, DecoderOnlyModel):
+    return ShardedDecoderOnlyModel(model.config, params, mesh, rules)
+  return ShardedT5Model(model.config, params, mesh, rules)
 
 
-def _abstract_params(config: T5Config) -> Any:
+def _abstract_params(config: T5Config | DecoderOnlyConfig) -> Any:
   """The parameter tree's ShapeDtypeStructs, without memory."""
-  return jax.eval_shape(functools.partial(models.T5Model.random, config), jax.random.key(0)).params
+  family = DecoderOnlyModel if isinstance(config, DecoderOnlyConfig) else T5Model
+  return jax.eval_shape(functools.partial(family.random, config), jax.random.key(0)).params
 
 
-def load_model(path: str, config: T5Config, mesh: Mesh, rules: Rules,
-               dtype=None) -> ShardedT5Model:
+def load_model(path: str, config: T5Config | DecoderOnlyConfig | LlamaConfig, mesh: Mesh,
+               rules: Rules, dtype=None):
   """Reads a checkpoint straight onto the shards `rules` give its arrays.
 
   A T5X checkpoint is read slice by slice: each host reads only what its own
   devices hold (`checkpoints.load_params` with shardings). Orbax and Hugging
-  Face checkpoints are read whole on the host, then placed.
+  Face checkpoints (Llama's too) are read whole on the host, then placed.
 
   Args:
     path: a T5X, orbax or Hugging Face checkpoint (see `checkpoints.load_params`).
-    config: the model's T5Config.
+    config: the model's T5Config, DecoderOnlyConfig or LlamaConfig.
     mesh: the device mesh.
     rules: the model's logical axis rules.
-    dtype: parameter dtype; default config.param_dtype.
+    dtype: parameter dtype; default config.param_dtype (a LlamaConfig's
+      dtype is its own).
   """
+  if isinstance(config, LlamaConfig):
+    return shard_model(LlamaModel.load(path, config=config), mesh, rules)
   rules = check_rules(rules)
   shardings = param_shardings(_abstract_params(config), mesh, rules)
   params = checkpoints.load_params(path, config, dtype, shardings=shardings)
+  if isinstance(config, DecoderOnlyConfig):
+    return ShardedDecoderOnlyModel(config, params, mesh, rules)
   return ShardedT5Model(config, params, mesh, rules)
 
 
@@ -275,11 +314,13 @@ def row_sharding(mesh: Mesh, rules: Rules, rng: jax.Array) -> NamedSharding:
   return batch_sharding(mesh, rules, rng.shape, 'rng')
 
 
-def _input_shardings(model: ShardedT5Model, encoder_input_tokens, rng) -> tuple:
-  """in_shardings of (encoder_input_tokens, rng, sampling, prompt): knobs replicated."""
+def input_shardings(model: Any, batch: protocol.Batch, rng: jax.Array) -> tuple:
+  """in_shardings of (batch, rng): every array of the batch and [B] keys split by row."""
   mesh, rules = model.mesh, model.rules
-  rows = batch_sharding(mesh, rules, jnp.shape(encoder_input_tokens), 'encoder_input_tokens')
-  return rows, row_sharding(mesh, rules, rng), NamedSharding(mesh, PartitionSpec()), rows
+  rows = lambda x, what: None if x is None else batch_sharding(mesh, rules, jnp.shape(x), what)
+  return (batch.replace(tokens=rows(batch.tokens, 'inputs'), lengths=rows(batch.lengths, 'lengths'),
+                        prompt=rows(batch.prompt, 'prompt')),
+          row_sharding(mesh, rules, rng))
 
 
 def output_shardings(model: Any, batch: int,
@@ -298,97 +339,3 @@ def output_shardings(model: Any, batch: int,
       lengths=rows, generated=rows, target_calls=rows, draft_calls=rows,
       accept_histogram=replicated, loop_target_calls=replicated, loop_draft_calls=replicated,
       nonfinite=rows if options.check_finite else None, draft_histogram=replicated)
-
-
-def generate(model: ShardedT5Model, encoder_input_tokens: jax.Array, rng: jax.Array, *,
-             max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-             prompt: jax.Array | None = None, eos_id: int = 1,
-             check_finite: bool = True) -> decoding.DecodeOutput:
-  """`models.generate` over the model's mesh.
-
-  Args:
-    model: the model M_p, laid out by `shard_model` or `load_model`.
-    encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`.
-    rng, max_decode_len, sampling, prompt, eos_id, check_finite: as
-      `models.generate`.
-
-  Returns:
-    decoding.DecodeOutput, rows split over `data`.
-  """
-  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
-                                                         model.vocab_size)
-  options = decoding.LoopOptions(max_decode_len, eos_id=eos_id, check_finite=check_finite)
-  return decode(model, None, encoder_input_tokens, api_checks.check_rng(rng), options,
-                sampling=sampling, prompt=prompt)
-
-
-def speculative_generate(target: ShardedT5Model, draft: ShardedT5Model,
-                         encoder_input_tokens: jax.Array, rng: jax.Array, *, gamma: int,
-                         max_decode_len: int, sampling: sampling_lib.SamplingParams | None = None,
-                         draft_sampling: sampling_lib.SamplingParams | None = None,
-                         lenience: float = 1.0, verification: str = 'token',
-                         confidence_threshold: float | None = None,
-                         verify_lengths: tuple[int, ...] | None = None,
-                         prompt: jax.Array | None = None, eos_id: int = 1,
-                         check_finite: bool = True) -> decoding.DecodeOutput:
-  """`models.speculative_generate` over the models' mesh, each model by its rules.
-
-  Args:
-    target: the model M_p, laid out by `shard_model` or `load_model`.
-    draft: the model M_q on the same mesh, usually by DATA_PARALLEL_RULES.
-    encoder_input_tokens: [B, S] int32, 0 = padding; B splits over `data`
-      (by the target's rules).
-    rng, gamma, max_decode_len, sampling, draft_sampling, lenience, verification,
-      confidence_threshold, verify_lengths, prompt, eos_id, check_finite: as
-      `models.speculative_generate`.
-
-  Returns:
-    decoding.DecodeOutput, rows split over `data`.
-  """
-  if draft.mesh != target.mesh:
-    raise ValueError(f'the draft is on {draft.mesh}, the target on {target.mesh}: one mesh')
-  encoder_input_tokens, prompt = api_checks.check_inputs(encoder_input_tokens, prompt,
-                                                         target.vocab_size)
-  speculative.check_lenience(lenience)
-  drafting.check_threshold(confidence_threshold)
-  options = decoding.LoopOptions(max_decode_len, decoding.check_size('gamma', gamma),
-                                 verification, verify_lengths, eos_id, check_finite)
-  return decode(target, draft, encoder_input_tokens, api_checks.check_rng(rng), options,
-                sampling=sampling, draft_sampling=draft_sampling, lenience=lenience,
-                confidence_threshold=confidence_threshold, prompt=prompt)
-
-
-def decode(target: ShardedT5Model, draft: ShardedT5Model | None, encoder_input_tokens: jax.Array,
-           rng: jax.Array, options: decoding.LoopOptions, *,
-           sampling: sampling_lib.SamplingParams | None = None,
-           draft_sampling: sampling_lib.SamplingParams | None = None,
-           lenience: float | jax.Array = 1.0,
-           confidence_threshold: float | jax.Array | None = None,
-           prompt: jax.Array | None = None) -> decoding.DecodeOutput:
-  """`models.decode` over the target's mesh, compiled with each model's shardings.
-
-  Args:
-    target, draft, encoder_input_tokens, rng, options, sampling,
-      draft_sampling, lenience, confidence_threshold, prompt: as
-      `models.decode` (draft None: the baseline); rows split over `data`.
-
-  Returns:
-    decoding.DecodeOutput, rows split over `data`.
-  """
-  replicated = NamedSharding(target.mesh, PartitionSpec())
-  in_shardings = (target.shardings(), None if draft is None else draft.shardings(),
-                  *_input_shardings(target, encoder_input_tokens, rng), replicated, replicated,
-                  None if confidence_threshold is None else replicated)
-  jitted = jax.jit(_decode, static_argnums=0, in_shardings=in_shardings,
-                   out_shardings=output_shardings(target, jnp.shape(encoder_input_tokens)[0],
-                                                   options))
-  return jitted(options, target, draft, encoder_input_tokens, rng, sampling, prompt,
-                draft_sampling, lenience, confidence_threshold)
-
-
-def _decode(options, target, draft, encoder_input_tokens, rng, sampling, prompt, draft_sampling,
-            lenience, confidence_threshold):
-  """models.decode with its arguments in the order of `decode`'s in_shardings."""
-  return models.decode(target, draft, encoder_input_tokens, rng, options, sampling=sampling,
-                       draft_sampling=draft_sampling, lenience=lenience,
-                       confidence_threshold=confidence_threshold, prompt=prompt)

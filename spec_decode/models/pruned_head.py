@@ -15,7 +15,8 @@ import numpy as np
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import kernels
-from spec_decode import models
+from spec_decode.models import protocol
+from spec_decode.models.t5 import T5Model, replacing
 from spec_decode.t5.network import Transformer
 
 
@@ -38,7 +39,7 @@ class PrunedHeadDraft:
   speculative sampling stays exact; at plain temperature or with top-k, alpha
   drops by at most the target's probability outside `ids` (top-p over fewer
   tokens can cut a different nucleus). A sharded draft
-  (`sharding.ShardedT5Model`) is not wrapped: this one's cache carries no
+  (`models.sharding.ShardedT5Model`) is not wrapped: this one's cache carries no
   sharding constraints.
 
   Attributes:
@@ -49,13 +50,14 @@ class PrunedHeadDraft:
       (`with_panels`); keyword-only.
   """
 
-  model: models.T5Model
+  model: T5Model
   ids: jax.Array
   kernel: jax.Array
   head_panels: Any = flax.struct.field(default=None, kw_only=True)
+  reads = protocol.ENCODER_INPUT
 
   @classmethod
-  def create(cls, model: models.T5Model, ids) -> 'PrunedHeadDraft':
+  def create(cls, model: T5Model, ids) -> 'PrunedHeadDraft':
     """The draft `model` scoring only `ids` ([N] distinct ids in [0, V), N >= 1), `with_panels`.
 
     Raises:
@@ -84,10 +86,10 @@ class PrunedHeadDraft:
       object.__setattr__(self, '_with_panels', self.replace(model=model, head_panels=head))
     return self.__dict__['_with_panels']
 
-  def start(self, encoder_input_tokens: jax.Array,
+  def start(self, batch: protocol.Batch,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
     """As `T5Model.start`; the logits are PRUNED_LOGIT outside `ids`."""
-    _, cache = self.model.start(encoder_input_tokens, capacity)
+    _, cache = self.model.start(batch, capacity)
     network, variables = self.model.network, self.model.variables()
 
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
@@ -106,4 +108,4 @@ class PrunedHeadDraft:
     return step_fn, cache
 
 
-PrunedHeadDraft.replace = models.replacing('kernel', 'head_panels')
+PrunedHeadDraft.replace = replacing('kernel', 'head_panels')

@@ -26,53 +26,13 @@ fires, which `speculative.accept_reject(lengths=...)` verifies as such (q and
 the acceptance ratio 0 beyond a row's length).
 """
 
-from typing import Iterable, Sequence
-
+import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import loop_utils
 from spec_decode import sampling as sampling_lib
-
-
-def check_threshold(confidence_threshold: float | jax.Array | None) -> None:
-  """Raises ValueError unless the threshold is None or a number in [0, 1] (traced passes)."""
-  if confidence_threshold is None or isinstance(confidence_threshold, jax.core.Tracer):
-    return
-  value = np.asarray(confidence_threshold)
-  if value.shape or not np.issubdtype(value.dtype, np.number) or not 0 <= value <= 1:
-    raise ValueError(f'confidence_threshold must be None or a number in [0, 1], '
-                     f'got {confidence_threshold!r}')
-
-
-def check_verify_lengths(verify_lengths: Sequence[int] | None,
-                         gamma: int) -> tuple[int, ...] | None:
-  """Validates the static verify lengths K.
-
-  Args:
-    verify_lengths: None, or K values each an int in 2..gamma + 1.
-    gamma: the most drafts per iteration.
-
-  Returns:
-    None, or the sorted K values with gamma + 1 added.
-
-  Raises:
-    ValueError: verify_lengths that is not a sequence (e.g. a bare int), or
-      a K that is not an int in 2..gamma + 1.
-  """
-  if verify_lengths is None:
-    return None
-  if isinstance(verify_lengths, (str, bytes)) or not isinstance(verify_lengths, Iterable):
-    raise ValueError(f'verify_lengths must be None or a sequence of integers in 2..gamma + 1 = '
-                     f'{gamma + 1} (e.g. ({gamma + 1},)), got {verify_lengths!r}')
-  lengths = tuple(verify_lengths)
-  if not all(isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= gamma + 1
-             for k in lengths):
-    raise ValueError(f'verify_lengths must be integers in 2..gamma + 1 = {gamma + 1}, '
-                     f'got {verify_lengths!r}')
-  return tuple(sorted(set(lengths) | {gamma + 1}))
 
 
 def verify(target_step_fn, tokens: jax.Array, cache: cache_lib.Cache, steps: jax.Array,
@@ -85,7 +45,7 @@ def verify(target_step_fn, tokens: jax.Array, cache: cache_lib.Cache, steps: jax
     cache: the target's Cache.
     steps: [] int32 draft calls made this iteration.
     verify_lengths: None calls over all gamma + 1 positions; else the static
-      K values (from `check_verify_lengths`): the smallest K >= steps + 1.
+      K values (from `checks.check_verify_lengths`): the smallest K >= steps + 1.
 
   Returns:
     logits: [B, gamma + 1, V], zero beyond the K positions called.
@@ -125,6 +85,31 @@ def first_call(draft_step_fn, cache: cache_lib.Cache, tokens: jax.Array):
   logits, cache = draft_step_fn(pair, cache_lib.rewind(cache, begin))  # [B, 2, V]
   logits = jnp.take_along_axis(logits, (index - begin)[:, None, None], axis=1)[:, 0]
   return logits, cache_lib.rewind(cache, index + 1)
+
+
+@flax.struct.dataclass
+class _AdaptiveCarry:
+  """The adaptive draft loop's carry.
+
+  Attributes:
+    t: [] int32 draft calls made.
+    cache: the draft's Cache.
+    token: [B] int32 the last drafted token, fed to the next call.
+    x: [B, gamma] int32 drafted tokens so far (0 after t).
+    q: [B, gamma, V] their distributions.
+    stopped: [B] bool rows that stopped drafting.
+    lengths: [B] int32 tokens each row proposes (gamma until it stops).
+    bad: [B] bool rows with a non-finite draft logit, or None (unchecked).
+  """
+
+  t: jax.Array
+  cache: cache_lib.Cache
+  token: jax.Array
+  x: jax.Array
+  q: jax.Array
+  stopped: jax.Array
+  lengths: jax.Array
+  bad: jax.Array | None
 
 
 def draft_block(draft_step_fn, cache: cache_lib.Cache, tokens: jax.Array, keys: jax.Array, *,
@@ -171,27 +156,25 @@ def draft_block(draft_step_fn, cache: cache_lib.Cache, tokens: jax.Array, keys: 
                       - jax.nn.logsumexp(logits, axis=-1))
     return log_confidence < jnp.log(confidence_threshold)
 
-  def cond(carry):
-    t, stopped = carry[0], carry[5]
-    return (t < gamma) & jnp.any(active & ~stopped)
+  def cond(c: _AdaptiveCarry):
+    return (c.t < gamma) & jnp.any(active & ~c.stopped)
 
-  def body(carry):
-    t, cache, token, x, q, stopped, lengths, bad = carry
-    logits, cache = draft_step_fn(token[:, None], cache)
-    q_t, x_t, bad_t = draw(logits[:, 0], keys[t])
-    stop = ~stopped & stops(logits[:, 0], x_t)
-    if bad is not None:
-      bad = bad | (~stopped & bad_t)
-    return (t + 1, cache, x_t, x.at[:, t].set(x_t), q.at[:, t].set(q_t), stopped | stop,
-            jnp.where(stop, t + 1, lengths), bad)
+  def body(c: _AdaptiveCarry) -> _AdaptiveCarry:
+    logits, cache = draft_step_fn(c.token[:, None], c.cache)
+    q_t, x_t, bad_t = draw(logits[:, 0], keys[c.t])
+    stop = ~c.stopped & stops(logits[:, 0], x_t)
+    return _AdaptiveCarry(
+        t=c.t + 1, cache=cache, token=x_t, x=c.x.at[:, c.t].set(x_t), q=c.q.at[:, c.t].set(q_t),
+        stopped=c.stopped | stop, lengths=jnp.where(stop, c.t + 1, c.lengths),
+        bad=None if c.bad is None else c.bad | (~c.stopped & bad_t))
 
   stopped = stops(logits, x_1)
-  carry = (jnp.ones((), jnp.int32), cache, x_1,
-           jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x_1),
-           jnp.zeros((batch, gamma) + q_1.shape[1:], q_1.dtype).at[:, 0].set(q_1), stopped,
-           jnp.where(stopped, 1, gamma).astype(jnp.int32), bad)
-  steps, cache, _, x, q, _, lengths, bad = jax.lax.while_loop(cond, body, carry)
-  return cache, x, q, lengths, steps, bad
+  c = jax.lax.while_loop(cond, body, _AdaptiveCarry(
+      t=jnp.ones((), jnp.int32), cache=cache, token=x_1,
+      x=jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x_1),
+      q=jnp.zeros((batch, gamma) + q_1.shape[1:], q_1.dtype).at[:, 0].set(q_1), stopped=stopped,
+      lengths=jnp.where(stopped, 1, gamma).astype(jnp.int32), bad=bad))
+  return c.cache, c.x, c.q, c.lengths, c.t, c.bad
 
 
 def _fixed(draft_step_fn, cache, x_1, q_1, bad_1, keys, draw):
