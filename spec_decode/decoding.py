@@ -145,8 +145,9 @@ def autoregressive_decode(step_fn: StepFn, cache: cache_lib.Cache, *, max_decode
     step_fn: the target's step function.
     cache: the target's fresh Cache, capacity >= cache_length(max_decode_len).
     max_decode_len: static maximum number of output tokens per row.
-    rng: one PRNG key, or [B] keys (one stream per row), or an int seed in
-      the int64 range.
+    rng: one PRNG key, or [B] keys (one stream per row: row b decodes as a
+      batch-1 run given rng[b:b + 1], not the one key rng[b], which a run
+      splits), or an int seed in the int64 range.
     sampling: temperature/top-k/top-p; greedy when None.
     prompt: optional [B, P] int32 forced decoder tokens, left-aligned and
       0-padded (as T5X's decoder prompts); they are part of the output.
@@ -184,8 +185,9 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     gamma: static number of drafted tokens per iteration, >= 1.
     max_decode_len: static maximum number of output tokens per row.
     rng: one PRNG key, or [B] keys (one stream per row: row b then decodes
-      exactly as a batch-1 run with key rng[b]), or an int seed in the int64
-      range.
+      exactly as a batch-1 run given the [1] keys rng[b:b + 1]; given the one
+      key rng[b] instead, a run splits it and draws another stream), or an
+      int seed in the int64 range.
     sampling: temperature/top-k/top-p of the target's p (what the output
       follows); greedy when None.
     draft_sampling: the knobs that turn the draft's logits into q; None uses
