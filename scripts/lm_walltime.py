@@ -3,7 +3,7 @@
   python scripts/lm_walltime.py --n 50 --gammas 2 3 5 --out_dir out/lm_walltime
 
 The T5 pair's harness (spec_decode.harness.walltime, step_costs) over the
-decoder-only models of spec_decode.lm: per temperature, alpha over the
+decoder-only models (spec_decode.models.decoder_only): per temperature, alpha over the
 target's continuations of N test prompts (scripts/lm_alpha.py's), c, c_first
 and r(K) timed in compiled loops, then every prompt decoded alone (batch 1)
 by the baseline and by speculative decoding at each gamma, interleaved,

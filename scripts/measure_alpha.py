@@ -6,7 +6,7 @@ r"""Measures alpha = E[beta] of drafts against a target (the paper's Table 3).
 
 The target decodes the task's first N inputs (greedy at T = 0, sampled
 otherwise); one teacher-forced pass of each model over its outputs gives beta
-at every position (spec_decode.acceptance). Unigram/bigram table drafts are
+at every position (spec_decode.models.alpha). Unigram/bigram table drafts are
 estimated from the task's training targets. Writes report.md, table3_alpha.csv
 and results.json to --out_dir.
 """

@@ -5,7 +5,7 @@ rendezvous that names any process that does not arrive, then
 `jax.distributed.initialize`); from then on `jax.devices()` lists every
 host's devices and `sharding.make_mesh` lays one mesh over all of them. Each
 host feeds only the rows its own devices hold (`host_rows`, `global_array`),
-the compiled loops of `spec_decode.sharding` run as on one host (XLA adds the
+the compiled loops of `spec_decode.models.sharding` run as on one host (XLA adds the
 collectives between hosts), and `gather` brings the outputs back to every
 host, where process 0 writes them.
 

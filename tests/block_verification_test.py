@@ -53,7 +53,7 @@ def _blocks(key, p, q, rows, verification, adaptive=False):
   """Drafts a block from q, verifies it against p, completes gamma + 1 tokens from p.
 
   adaptive: a row stops drafting after a token its draft gave probability
-  below 0.2 (the rule of spec_decode.drafting, on these q), so block lengths
+  below 0.2 (the rule of spec_decode.draft_phase, on these q), so block lengths
   depend on the drafted path.
 
   Returns:

@@ -1,4 +1,4 @@
-"""Tests for spec_decode.drafts: draft providers in the speculative loop."""
+"""Tests for spec_decode.models.drafts: draft providers in the speculative loop."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""Tests of spec_decode.sharding: rules and sizes here, 8-device decoding in a subprocess.
+"""Tests of spec_decode.models.sharding: rules and sizes here, 8-device decoding in a subprocess.
 
 The 8 CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=8) exist only
 in tests/sharding_subprocess.py, run once (~1-2 min on 2 cores): the flag must be
@@ -23,6 +23,7 @@ from spec_decode.cli import infer
 from spec_decode import models
 from spec_decode import sampling as sampling_lib
 from spec_decode.models import protocol
+from spec_decode.models import drafts
 from spec_decode.models import sharding
 from spec_decode.t5 import t5_1_1
 
@@ -196,6 +197,21 @@ def test_draft_sampling_reaches_the_sharded_loop():
   np.testing.assert_array_equal(sharded.tokens, expected.tokens)
   np.testing.assert_array_equal(sharded.accept_histogram, expected.accept_histogram)
   assert not np.array_equal(expected.accept_histogram, without.accept_histogram)
+
+
+def test_a_sharded_target_takes_drafts_without_a_mesh():
+  """Tables, prompt lookup and an unsharded draft model are replicated on the target's mesh."""
+  config = t5_1_1('nano', vocab_size=64)
+  target = models.T5Model.random(config, jax.random.key(0))
+  mesh = sharding.make_mesh(1, jax.devices()[:1])
+  sharded = sharding.shard_model(target, mesh, sharding.STANDARD_RULES)
+  inputs = np.random.default_rng(0).integers(2, 64, (2, 5)).astype(np.int32)
+  baseline = models.generate(target, inputs, 0, max_decode_len=8)
+  stream = np.asarray(baseline.tokens).ravel()
+  for draft in (drafts.TableDraft.estimate(stream, 64, order=2, top_k=4),
+                drafts.PromptLookupDraft(64), models.T5Model.random(config, jax.random.key(1))):
+    out = models.speculative_generate(sharded, draft, inputs, 1, gamma=2, max_decode_len=8)
+    np.testing.assert_array_equal(out.tokens, baseline.tokens)
 
 
 @pytest.mark.parametrize('kind', ['t5x', 'hf'])

@@ -6,7 +6,7 @@ r"""Fixed gamma against adaptive draft length on the bundled demo pair.
 Every input decoded alone (batch 1) by the baseline, by speculative decoding
 at each fixed gamma, and with an adaptive draft length (at most --gamma_max
 drafts; a row stops after a token its draft gave probability below the
-threshold: `spec_decode.drafting`), its verify call over all --gamma_max + 1
+threshold: `spec_decode.draft_phase`), its verify call over all --gamma_max + 1
 positions, and again over the smallest of --verify_lengths that holds the
 drafts, interleaved in one run (`walltime.time_decoding`). Speedup = seconds
 per generated token of the baseline over speculative decoding's. Writes

@@ -349,7 +349,7 @@ def load_params(path: str, config: T5Config, dtype=None, shardings: Any = None) 
       (T5X's decoder-only layout; T5X and orbax checkpoints).
     dtype: dtype of the returned arrays; default config.param_dtype.
     shardings: optional tree of jax.sharding.Sharding, one per parameter (e.g.
-      `spec_decode.sharding.param_shardings`): the arrays are then placed on
+      `spec_decode.models.sharding.param_shardings`): the arrays are then placed on
       their devices. A T5X array is read slice by slice, each host reading
       only the slices its own devices hold (no whole copy on any host); orbax
       and Hugging Face arrays are read whole on the host, then placed.

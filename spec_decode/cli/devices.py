@@ -1,7 +1,7 @@
 """Where a run's models and batches lie: one device, a mesh, or a mesh over several hosts.
 
 With MODEL_PARALLEL >= 1 the models lie over a (devices / n, n) mesh of every
-device (spec_decode.sharding). With NUM_PROCESSES > 1 that mesh spans one
+device (spec_decode.models.sharding). With NUM_PROCESSES > 1 that mesh spans one
 process per host (spec_decode.multihost): every host runs the same command
 with its own PROCESS_ID, reads and checks the whole input file (so a bad line
 stops every host alike, before any of them waits on another), feeds its

@@ -129,7 +129,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
       drafted block judged jointly; also exact, accepts at least as many).
     confidence_threshold: None drafts gamma tokens per target call; a number
       in [0, 1] makes gamma a maximum: a row stops drafting after a token its
-      draft gave probability below it (spec_decode.drafting; exact).
+      draft gave probability below it (spec_decode.draft_phase; exact).
     verify_lengths: None verifies gamma + 1 positions per target call; else
       static K values: each call covers the smallest K that holds its drafts
       (faster on CPUs with confidence_threshold; each K compiles the target).
@@ -141,7 +141,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     seed: example i is sampled with key fold_in(key(seed), i), whatever the
       batch size.
     model_parallel: 0 decodes on one device. n >= 1 lays both models over all
-      devices as a (devices / n, n) mesh (spec_decode.sharding): the target's
+      devices as a (devices / n, n) mesh (spec_decode.models.sharding): the target's
       parameters split n ways (STANDARD_RULES), the draft's replicated
       (DATA_PARALLEL_RULES), batch rows split over the data axis.
     check_finite: fail when a model returns a NaN or +inf logit, or a

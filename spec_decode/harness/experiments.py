@@ -5,7 +5,7 @@ alpha on the inputs and chooses gamma by eq. (5) with the measured r and
 c_first; then it times every setting's baseline and speculative decoders at
 batch 1 in one interleaved run, and scores the outputs (BLEU or ROUGE). Its
 records feed `report.write_report`. The draft is a T5Model or any provider of
-`spec_decode.drafts` (`draft_provider` builds one by name); `task_inputs`,
+`spec_decode.models.drafts` (`draft_provider` builds one by name); `task_inputs`,
 `output_quality`, `tokens_per_second` and `ratio_stderr` serve the studies of
 scripts/studies/ too.
 """

@@ -5,7 +5,7 @@
 encoder inputs (`trim_padding` cuts one back to its own length bucket),
 `detokenize` output ids back into text, and
 `target_token_stream` a task's targets into the id stream table drafts are
-estimated from. A `Draft` is a T5Model or any provider of `spec_decode.drafts`.
+estimated from. A `Draft` is a T5Model or any provider of `spec_decode.models.drafts`.
 """
 
 import dataclasses

@@ -100,7 +100,7 @@ def betas(target: protocol.Model, draft: protocol.Model, batch: protocol.Batch,
   Args:
     target: M_p.
     draft: M_q, same vocabulary.
-    batch: the inputs (`generate.make_batch`).
+    batch: the inputs (`front_ends.make_batch`).
     tokens: [B, L] int32 outputs; position j holds output token j + 1.
     sampling: applied to p (and to q unless draft_sampling is given).
     draft_sampling: q's own knobs, as `speculative_generate` takes them

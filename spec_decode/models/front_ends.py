@@ -203,11 +203,13 @@ def run(target: protocol.Model, draft: protocol.Model | None, batch: protocol.Ba
   """
   if getattr(target, 'mesh', None) is None:
     return _decode(target, draft, batch, rng, options, knobs)
-  mesh = target.mesh
-  replicated = NamedSharding(mesh, PartitionSpec())
+  replicated = NamedSharding(target.mesh, PartitionSpec())
   batch_shardings, rng_sharding = sharding.input_shardings(target, batch, rng)
-  in_shardings = (target.shardings(), None if draft is None else draft.shardings(),
-                  batch_shardings, rng_sharding, replicated)
+  # A draft without a mesh of its own (an n-gram table, prompt lookup, a small model) is
+  # replicated on every device of the target's.
+  draft_shardings = (None if draft is None
+                     else draft.shardings() if hasattr(draft, 'shardings') else replicated)
+  in_shardings = (target.shardings(), draft_shardings, batch_shardings, rng_sharding, replicated)
   jitted = jax.jit(_sharded_decode, static_argnums=0, in_shardings=in_shardings,
                    out_shardings=sharding.output_shardings(target, batch.size, options))
   return jitted(options, target, draft, batch, rng, knobs)

@@ -45,7 +45,7 @@ class Batch:
   @classmethod
   def of(cls, model, tokens: jax.Array, lengths: jax.Array | None = None,
          prompt: jax.Array | None = None) -> 'Batch':
-    """`tokens` as `model` reads them, unchecked (`generate.make_batch` checks).
+    """`tokens` as `model` reads them, unchecked (`front_ends.make_batch` checks).
 
     A draft without `reads` (an n-gram table, prompt lookup) is taken to read
     an encoder input; an encoder-decoder drops `lengths`.
