@@ -29,9 +29,12 @@ EXTRAS = {
     # torch is pinned to the CPU wheel these machines keep on local disk.
     'hf': ['torch==2.13.0', 'transformers>=5.0'],
 }
+# A real pretrained target: spec_decode.llama.convert reads SmolLM2-135M-Instruct's GGUF file
+# with transformers.
+EXTRAS['smollm2'] = ['gguf>=0.10', 'accelerate>=1.0'] + EXTRAS['hf']
 # Everything the README's test command needs: no test is skipped for a missing library.
 EXTRAS['test'] = (['pytest>=8', 'pytest-xdist>=3.8', 'nbclient>=0.10', 'nbformat>=5.10',
-                   'ipykernel>=6.29'] + EXTRAS['data'] + EXTRAS['harness'] + EXTRAS['hf'])
+                   'ipykernel>=6.29'] + EXTRAS['data'] + EXTRAS['harness'] + EXTRAS['smollm2'])
 EXTRAS['all'] = sorted({r for reqs in EXTRAS.values() for r in reqs})
 
 setuptools.setup(
