@@ -27,7 +27,7 @@ for _flag, _value in (('--xla_backend_optimization_level', '0'),
   if _flag not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}={_value}".strip()
 
-SLOWEST_FIRST = ('decoding_test.py', 'front_ends_test.py', 'shapes_test.py', 'accelerator_distill_test.py',
+SLOWEST_FIRST = ('decoding_test.py', 'loop_law_test.py', 'front_ends_test.py', 'shapes_test.py', 'accelerator_distill_test.py',
                  'drafts_test.py', 'sharding_test.py', 'multihost_test.py', 'llama_test.py',
                  'decoder_only_test.py', 'infer_test.py', 'lm_training_test.py',
                  'notebooks_test.py', 'measure_test.py', 'block_verification_test.py',
@@ -38,8 +38,9 @@ SLOWEST_FIRST = ('decoding_test.py', 'front_ends_test.py', 'shapes_test.py', 'ac
 
 
 # `pytest -m engine`: the loops, their exactness and sampling, for quick work on the engine.
-ENGINE = ('decoding_test.py', 'speculative_test.py', 'block_verification_test.py',
-          'sampling_test.py', 'cache_test.py', 'loop_options_test.py', 'theory_test.py')
+# Block verification's own exactness tests run in the full suite.
+ENGINE = ('decoding_test.py', 'loop_law_test.py', 'speculative_test.py', 'sampling_test.py',
+          'cache_test.py', 'loop_options_test.py', 'theory_test.py')
 
 
 def pytest_collection_modifyitems(items):

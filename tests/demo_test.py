@@ -71,3 +71,18 @@ def test_head_size_needs_a_draft_model_and_a_size_of_the_vocabulary():
   for size in (-1, 1, 8193):
     with pytest.raises(ValueError, match=r'head_size must be 0 or in 2\.\.8192'):
       demo.load_draft('draft_small', head_size=size)
+
+
+def test_the_console_table_is_short_and_says_what_bounds_the_speedup():
+  from spec_decode.harness import report
+  rows = [dict(temperature=t, top_k=k, top_p=p, q_untruncated=bool(k or p < 1), gamma=3,
+               alpha=0.7436, measured_speedup=0.98, baseline_token_ms=0.778, identical=1.0,
+               predicted_speedup=1.36, c=0.156, c_first=0.395, predicted_decode_speedup=1.11,
+               speculative_fixed_ms=8.5)
+          for t, k, p in ((0.0, 0, 1.0), (1.0, 0, 1.0), (1.0, 40, 1.0), (1.0, 0, 0.9))]
+  table = report.markdown_table(rows, demo.CONSOLE_COLUMNS)
+  lines = table.splitlines()
+  assert max(map(len, lines)) <= 100 and lines[0].count('|') == 8  # 7 columns
+  assert '| T=0 | 3 | 0.744 | 0.98X | 0.778 | 0.794 | yes |' in lines
+  line = demo.bound_line(rows)
+  assert '1.36X' in line and '8.5 ms' in line and '1.11X predicted for whole decodes' in line
