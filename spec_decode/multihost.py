@@ -1,7 +1,8 @@
 """Decoding over several processes: one JAX process per host, as T5X runs pods.
 
 Each host runs the same program. `initialize` joins the processes (a
-rendezvous that names any process that does not arrive, then
+rendezvous, `spec_decode.rendezvous`, that names any process that does not
+arrive and compares what the processes must agree on, then
 `jax.distributed.initialize`); from then on `jax.devices()` lists every
 host's devices and `sharding.make_mesh` lays one mesh over all of them. Each
 host feeds only the rows its own devices hold (`host_rows`, `global_array`),
@@ -23,8 +24,9 @@ process with an error naming it (exit status non-zero, never a hang).
 """
 
 import dataclasses
+import hashlib
+import json
 import os
-import socket
 import time
 from typing import Any, Callable, Mapping
 
@@ -32,10 +34,10 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from spec_decode import rendezvous
+
 # The environment variables `Cluster.from_env` reads (JAX's own names).
 ENV_ADDRESS, ENV_COUNT, ENV_ID = 'JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID'
-_HELLO, _GO = 'spec_decode rendezvous', 'go'
-_ANSWER_GRACE_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,120 +98,89 @@ class Cluster:
 
 
 def initialize(cluster: Cluster | None = None, *, timeout_s: float = 300.0,
-               heartbeat_timeout_s: int = 100) -> None:
+               heartbeat_timeout_s: int = 100, fingerprint: Mapping[str, Any] | None = None,
+               failure: str | None = None) -> None:
   """Joins this process to the others; call it before anything else uses JAX.
 
   With a cluster (or one in the environment, `Cluster.from_env`) the
-  processes first meet at process 0 (port + 1): one that has not arrived
-  within `timeout_s` makes every other exit with a TimeoutError naming it.
-  Then `jax.distributed.initialize` connects them. Without either, JAX
-  detects the cluster itself (a Cloud TPU pod slice, SLURM, ...).
+  processes first meet at process 0 (port + 1, `spec_decode.rendezvous`):
+  they compare their fingerprints there, and one that has not arrived within
+  `timeout_s` makes every other exit with a TimeoutError naming it. Then
+  `jax.distributed.initialize` connects them. Without either, JAX detects the cluster itself (a Cloud TPU pod slice,
+  SLURM, ...) and the fingerprints are compared through JAX (`agree`).
 
   Args:
     cluster: the coordinator, process count and this process's id.
     timeout_s: how long a process waits for the others, in seconds.
     heartbeat_timeout_s: after this many seconds without a heartbeat from a
       process, JAX ends every other process with an error naming it.
+    fingerprint: what the processes must agree on, name -> JSON value (the
+      settings, a digest of the inputs); None agrees with anything.
+    failure: why this process cannot run (its own check failed): every
+      process then stops, the message naming this one, instead of waiting
+      for it.
 
   Raises:
     TimeoutError: a process did not arrive (named) or process 0 did not answer.
-    ValueError: processes that disagree on the process count, or one id twice.
+    ValueError: processes that disagree on the process count, one id twice,
+      a failed process or fingerprints that differ (named, the same message
+      on every process).
     OSError: process 0 cannot listen at the coordinator's port + 1.
   """
   cluster = cluster or Cluster.from_env()
   if cluster is None:
     jax.distributed.initialize(initialization_timeout=int(timeout_s),
                                heartbeat_timeout_seconds=heartbeat_timeout_s)
+    agree(fingerprint, failure)
     return
   if cluster.num_processes == 1:
     return
   deadline = time.monotonic() + timeout_s
-  (_gather_at_coordinator if cluster.process_id == 0 else _report_to_coordinator)(
-      cluster, deadline, timeout_s)
+  meet = dict(deadline=deadline, timeout_s=timeout_s, fingerprint=fingerprint, failure=failure)
+  if cluster.process_id == 0:
+    rendezvous.gather(cluster.host, cluster.port + 1, cluster.num_processes, **meet)
+  else:
+    rendezvous.report(cluster.host, cluster.port + 1, cluster.num_processes, cluster.process_id,
+                      **meet)
   jax.distributed.initialize(cluster.coordinator_address, cluster.num_processes,
                              cluster.process_id,
                              initialization_timeout=max(1, int(deadline - time.monotonic())),
                              heartbeat_timeout_seconds=heartbeat_timeout_s)
 
 
-def _gather_at_coordinator(cluster: Cluster, deadline: float, timeout_s: float) -> None:
-  """Process 0: waits until every other process has said hello, then lets them go."""
-  arrived: dict[int, socket.socket] = {}
-  try:
-    server = socket.create_server(('', cluster.port + 1))
-  except OSError as e:
-    raise OSError(f'process 0 cannot listen at port {cluster.port + 1} (the coordinator\'s port '
-                  f'+ 1) for the other processes: {e}') from None
-  with server:
-    try:
-      while len(arrived) < cluster.num_processes - 1:
-        server.settimeout(max(deadline - time.monotonic(), 0.001))
-        try:
-          connection, _ = server.accept()
-        except TimeoutError:
-          missing = sorted(set(range(1, cluster.num_processes)) - set(arrived))
-          message = (f'process(es) {", ".join(map(str, missing))} of {cluster.num_processes} '
-                     f'did not arrive at {cluster.host}:{cluster.port + 1} within {timeout_s:g} s')
-          for peer in arrived.values():
-            _send(peer, message)
-          raise TimeoutError(message) from None
-        connection.settimeout(max(deadline - time.monotonic(), 0.001))
-        hello = _receive(connection).split()
-        count, index = (int(hello[-2]), int(hello[-1])) if len(hello) == 4 else (None, None)
-        if count != cluster.num_processes or index in arrived or not 0 < index < count:
-          message = (f'process 0 of {cluster.num_processes} met a process that says '
-                     f'{" ".join(hello)!r}: the processes disagree on the count, or an id repeats')
-          _send(connection, message)
-          raise ValueError(message)
-        arrived[index] = connection
-      for peer in arrived.values():
-        _send(peer, _GO)
-    finally:
-      for peer in arrived.values():
-        peer.close()
+def agree(fingerprint: Mapping[str, Any] | None, failure: str | None = None) -> None:
+  """Compares the fingerprints of the processes JAX joined (no rendezvous), by names' digests.
+
+  Every process must call it, after `jax.distributed.initialize` (it runs a
+  collective). Only digests travel, so a difference names the entries and
+  the processes, not the values, and a failure only the process.
+
+  Raises:
+    ValueError: a process failed, or the fingerprints differ: the same
+      message on every process.
+  """
+  count = jax.process_count()
+  if count == 1:
+    if failure:
+      raise ValueError(failure)
+    return
+  names = sorted(fingerprint or {})
+  digests = [_digest(failure is not None)] + [_digest((fingerprint or {})[n]) for n in names]
+  everyone = np.asarray(multihost_utils.process_allgather(
+      np.asarray(digests, np.uint32)))  # [processes, 1 + names, 2]
+  hellos = {i: {'failure': 'its own error says why' if (row[0] != _digest(False)).any() else None,
+                'fingerprint': {n: 'digest ' + ''.join(f'{w:08x}' for w in row[1 + j])
+                                for j, n in enumerate(names)}}
+            for i, row in enumerate(everyone)}
+  stop = rendezvous.verdict(hellos, count)
+  if stop is not None:
+    raise ValueError(failure or stop)
 
 
-def _report_to_coordinator(cluster: Cluster, deadline: float, timeout_s: float) -> None:
-  """Process i > 0: says hello to process 0 (retrying until it listens), waits for go."""
-  address = (cluster.host, cluster.port + 1)
-  while True:
-    try:
-      connection = socket.create_connection(address, timeout=max(deadline - time.monotonic(), 0.001))
-      break
-    except OSError:
-      if time.monotonic() >= deadline:
-        raise TimeoutError(f'process 0 (the coordinator) did not listen at {address[0]}:'
-                           f'{address[1]} within {timeout_s:g} s') from None
-      time.sleep(0.2)
-  with connection:
-    _send(connection, f'{_HELLO} {cluster.num_processes} {cluster.process_id}')
-    # Process 0 answers by its own deadline, which can fall a little after this one's.
-    connection.settimeout(max(deadline - time.monotonic(), 0.001) + _ANSWER_GRACE_S)
-    try:
-      answer = _receive(connection)
-    except TimeoutError:
-      raise TimeoutError(f'process 0 did not let process {cluster.process_id} go within '
-                         f'{timeout_s:g} s') from None
-  if answer != _GO:
-    raise (TimeoutError if 'did not arrive' in answer else ValueError)(
-        answer or 'process 0 closed the rendezvous without an answer')
-
-
-def _send(connection: socket.socket, line: str) -> None:
-  try:
-    connection.sendall(line.encode() + b'\n')
-  except OSError:
-    pass  # A peer that left learns nothing; its own timeout ends it.
-
-
-def _receive(connection: socket.socket) -> str:
-  data = b''
-  while not data.endswith(b'\n'):
-    chunk = connection.recv(4096)
-    if not chunk:
-      break
-    data += chunk
-  return data.decode(errors='replace').strip()
+def _digest(value: Any) -> np.ndarray:
+  """[2] uint32: 64 bits of the sha256 of the value's JSON."""
+  digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).digest()
+  return np.frombuffer(digest[:8], np.uint32)
 
 
 def host_rows(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> np.ndarray:

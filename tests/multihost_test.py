@@ -129,6 +129,82 @@ def test_a_killed_process_stops_the_others_naming_it(workdir):
   assert re.search(r'tasks are unhealthy[^\n]*\n\s*1\b', err0), err0[-3000:]
 
 
+def _error_lines(err: str) -> list[str]:
+  return [line for line in err.splitlines() if line.startswith('error: ')]
+
+
+def _lines_file(path: pathlib.Path, lines: list[str]) -> str:
+  path.write_text('\n'.join(lines) + '\n')
+  return f"--gin.INPUT_FILE='{path}'"
+
+
+@pytest.mark.parametrize('differ, named', [
+    (['--gin.SEED=1'], 'the processes disagree on SEED (process 0: 0; process 1: 1): every '
+                       'process of a run needs the same settings and inputs'),
+    (['--gin.GAMMA=3', '--gin.TEMPERATURE=0.5'],
+     'the processes disagree on GAMMA (process 0: 4; process 1: 3), TEMPERATURE (process 0: 1.0; '
+     'process 1: 0.5)'),
+    ('same_length', 'the processes disagree on the inputs (INPUT_FILE, tokenized) (process 0: 4 '
+                    'lines, sha256 '),
+    ('fewer_lines', 'the processes disagree on the inputs (INPUT_FILE, tokenized) (process 0: 4 '
+                    'lines, sha256 '),
+    ('blank_line', 'process 1 of 2 failed its checks: {w}/inputs_1.txt line 2: a blank line'),
+])
+def test_processes_that_differ_stop_together_before_loading(workdir, tmp_path, differ, named):
+  """One error line on both processes, naming what differs, within seconds; no output."""
+  inputs = ['A man rides a bicycle.', 'Two dogs play.', 'Hello.', 'A cat sleeps.']
+  own = {'same_length': inputs[::-1], 'fewer_lines': inputs[:3],
+         'blank_line': [inputs[0], '', inputs[1]]}.get(differ) if isinstance(differ, str) else None
+  port = free_port()
+  flags = [[_lines_file(tmp_path / 'inputs_0.txt', inputs)],
+           [_lines_file(tmp_path / 'inputs_1.txt', own)] if own else
+           [_lines_file(tmp_path / 'inputs_0.txt', inputs), *differ]]
+  commands = [cli(workdir, 2, i, port, f"--gin.OUTPUT_FILE='{tmp_path / 'out_2.jsonl'}'",
+                  *flags[i]) for i in range(2)]
+  results = run_processes(commands, [{'JAX_NUM_CPU_DEVICES': '4'}] * 2, 120)
+  for status, err, seconds in results:
+    assert status == 1, err[-3000:]
+    [line] = _error_lines(err)
+    assert line.startswith('error: joining the other processes: ' + named.format(w=tmp_path)), line
+    assert 'Traceback' not in err
+  assert results[-1][2] < 60  # the imports and the rendezvous; nothing loads or compiles
+  assert not list(tmp_path.glob('out_*'))
+
+
+_AGREE = '''
+import sys
+import jax
+from spec_decode import multihost
+index, port, seed, failure = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] or None
+jax.distributed.initialize(f'localhost:{port}', 2, index, initialization_timeout=60)
+try:
+  multihost.agree({'SEED': seed, 'GAMMA': 4}, failure)
+  print('agreed')
+except ValueError as e:
+  print(f'error: {e}')
+'''
+
+
+@pytest.mark.parametrize('seeds, failures, expected', [
+    ((0, 0), ('', ''), ['agreed', 'agreed']),
+    ((0, 1), ('', ''), ['error: the processes disagree on SEED (process 0: digest '] * 2),
+    ((0, 0), ('', 'line 2: a blank line'),
+     ['error: process 1 of 2 failed its checks: its own error says why',
+      'error: line 2: a blank line']),
+])
+def test_processes_jax_joined_compare_digests(seeds, failures, expected):
+  """Where JAX finds the cluster (no rendezvous), the fingerprints' digests are compared."""
+  port = free_port()
+  commands = [[sys.executable, '-c', _AGREE, str(i), str(port), str(seeds[i]), failures[i]]
+              for i in range(2)]
+  env = {**os.environ, 'JAX_NUM_CPU_DEVICES': '1'}
+  procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True) for c in commands]
+  outputs = [p.communicate(timeout=120) for p in procs]
+  for (out, err), wanted in zip(outputs, expected):
+    assert out.strip().splitlines()[-1].startswith(wanted), (out, err[-2000:])  # after Gloo's
+
+
 def test_a_process_that_never_arrives_is_named():
   """Processes 0 and 1 of 3 wait 2 s for process 2, then both name it."""
   port, errors = free_port(), {}

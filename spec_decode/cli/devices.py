@@ -2,11 +2,10 @@
 
 With MODEL_PARALLEL >= 1 the models lie over a (devices / n, n) mesh of every
 device (spec_decode.models.sharding). With NUM_PROCESSES > 1 that mesh spans one
-process per host (spec_decode.multihost): every host runs the same command
-with its own PROCESS_ID, reads and checks the whole input file (so a bad line
-stops every host alike, before any of them waits on another), feeds its
-devices only the rows they hold, and receives every row's output; process 0
-writes the output file.
+process per host (spec_decode.multihost; joined by spec_decode.cli.processes):
+every host runs the same command with its own PROCESS_ID, reads and checks
+the whole input file, feeds its devices only the rows they hold, and receives
+every row's output; process 0 writes the output file.
 """
 
 import functools
@@ -24,47 +23,6 @@ from spec_decode.models import DecoderOnlyModel, LlamaModel, T5Model
 from spec_decode.models import sharding
 from spec_decode.t5.config import T5Config
 from spec_decode.t5.decoder_only import DecoderOnlyConfig
-
-# COORDINATOR_ADDRESS that lets JAX find the cluster itself (Cloud TPU pod slices, SLURM, ...).
-AUTO = 'auto'
-
-
-def join(settings: dict[str, Any]) -> None:
-  """Joins the other processes of a multi-process run; nothing for one process.
-
-  The cluster comes from COORDINATOR_ADDRESS, NUM_PROCESSES and PROCESS_ID,
-  or where COORDINATOR_ADDRESS is None from JAX_COORDINATOR_ADDRESS,
-  JAX_NUM_PROCESSES and JAX_PROCESS_ID in the environment.
-
-  Raises:
-    ConfigError: a bad cluster, a multi-process run without a mesh, or a
-      process that did not arrive within PROCESS_TIMEOUT_S (named).
-  """
-  address, count, index = (settings[k] for k in ('coordinator_address', 'num_processes',
-                                                 'process_id'))
-  timeouts = dict(timeout_s=settings['process_timeout_s'],
-                  heartbeat_timeout_s=int(settings['heartbeat_timeout_s']))
-  try:
-    if address == AUTO:
-      cluster = None
-    elif address is None:
-      if count != 1 or index:
-        raise ConfigError('NUM_PROCESSES and PROCESS_ID need a COORDINATOR_ADDRESS (host:port '
-                          f'of process 0, or {AUTO!r} on a Cloud TPU pod slice)')
-      cluster = multihost.Cluster.from_env()
-      if cluster is None or cluster.num_processes == 1:
-        return
-    else:
-      cluster = multihost.Cluster(address, count, index)
-      if count == 1:
-        return
-    if not settings['model_parallel']:
-      raise ConfigError('a run over several processes needs a mesh: set MODEL_PARALLEL >= 1 '
-                        '(include runs/sharded/mesh.gin)')
-    multihost.initialize(cluster, **timeouts)
-  except (ValueError, TimeoutError, OSError) as e:
-    raise ConfigError(f'joining the other processes: {e}') from None
-
 
 def is_writer() -> bool:
   """Whether this process writes the output: process 0 (the only one on one host)."""

@@ -66,6 +66,7 @@ from spec_decode.cli import gin_utils
 from spec_decode.cli.gin_utils import ConfigError
 from spec_decode.cli import jsonl
 from spec_decode.cli import memory
+from spec_decode.cli import processes
 from spec_decode.cli.jsonl import Example, read_examples
 from spec_decode.cli import settings as infer_settings
 from spec_decode import decoding
@@ -194,8 +195,14 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   if speculate and (draft_config is None or draft_checkpoint is None):
     raise ConfigError('a draft needs both draft_config and draft_checkpoint')
   settings = dict(locals())
-  infer_settings.check_settings(settings)
-  devices.join(settings)  # Before anything starts JAX's backend.
+  try:  # Every check that needs no device; a failure stops the other processes too.
+    infer_settings.check_settings(settings)
+    configs, paths, examples = _check_files(settings)
+  except ConfigError as e:
+    processes.stop_others(settings, e.message)
+    raise
+  # Before anything starts JAX's backend; the processes agree on settings and inputs.
+  processes.join(settings, fingerprint=processes.fingerprint(settings, vocabulary, examples))
   try:
     sampling = sampling_lib.SamplingParams.create(temperature, top_k, top_p)
   except ValueError as e:
@@ -208,22 +215,6 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   except ValueError as e:
     raise ConfigError(f'the draft\'s knobs (DRAFT_TEMPERATURE, DRAFT_TOP_K, DRAFT_TOP_P in gin): '
                       f'{e}') from None
-  configs = {'target': target_config, **({'draft': draft_config} if speculate else {})}
-  infer_settings.check_vocabulary(vocabulary, configs)
-  paths = {'target': target_checkpoint, 'draft': draft_checkpoint}
-  for name in configs:  # Fail before reading inputs or loading the other model.
-    try:
-      checkpoints.checkpoint_format(paths[name])
-    except FileNotFoundError as e:
-      raise ConfigError(f'{name} checkpoint: {e}') from None
-  infer_settings.check_recorded_vocabularies(vocabulary, paths, configs,
-                                             allow_vocabulary_mismatch)
-
-  examples = read_examples(input_file, vocabulary, input_prefix=input_prefix,
-                           max_input_len=max_input_len, truncate=truncate_inputs,
-                           output_fields=jsonl.OUTPUT_FIELDS + (
-                               jsonl.BEAM_FIELDS if decode == 'beam' else ()),
-                           eos=isinstance(target_config, T5Config))
   if not model_parallel:  # A mesh splits the buffers over its devices.
     rows = memory.cache_rows(batch_size=batch_size, decode=decode, beam_size=beam_size,
                              draft_width=draft_width, speculate=speculate)
@@ -250,6 +241,31 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
   if devices.is_writer():
     _print_summary(summary, speculate and decode == 'sample', gamma)
   return summary
+
+
+def _check_files(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                                     list[Example]]:
+  """(configs, checkpoint paths, examples): the vocabulary, checkpoints and inputs checked."""
+  speculate, vocabulary = settings['speculate'], settings['vocabulary']
+  configs = {'target': settings['target_config'],
+             **({'draft': settings['draft_config']} if speculate else {})}
+  infer_settings.check_vocabulary(vocabulary, configs)
+  paths = {'target': settings['target_checkpoint'], 'draft': settings['draft_checkpoint']}
+  for name in configs:  # Fail before reading inputs or loading the other model.
+    try:
+      checkpoints.checkpoint_format(paths[name])
+    except FileNotFoundError as e:
+      raise ConfigError(f'{name} checkpoint: {e}') from None
+  infer_settings.check_recorded_vocabularies(vocabulary, paths, configs,
+                                             settings['allow_vocabulary_mismatch'])
+  examples = read_examples(settings['input_file'], vocabulary,
+                           input_prefix=settings['input_prefix'],
+                           max_input_len=settings['max_input_len'],
+                           truncate=settings['truncate_inputs'],
+                           output_fields=jsonl.OUTPUT_FIELDS + (
+                               jsonl.BEAM_FIELDS if settings['decode'] == 'beam' else ()),
+                           eos=isinstance(settings['target_config'], T5Config))
+  return configs, paths, examples
 
 
 def _run(out: jsonl.Output, examples: list[Example], configs: dict[str, Any],
