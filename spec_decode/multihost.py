@@ -18,15 +18,19 @@ host, where process 0 writes them.
 
 The results do not depend on the process count: every host draws the same
 keys (per row, from one seed), and the arithmetic is that of one process
-with the same mesh. A process that dies stops the others: JAX's coordination
-service misses its heartbeats for `heartbeat_timeout_s` and ends every other
-process with an error naming it (exit status non-zero, never a hang).
+with the same mesh. A process that fails says so (`finish`), and one that
+dies closes its rendezvous connections: either ends the others at once
+(`initialize`'s on_failure). A host that vanishes without closing them is
+JAX's to detect: its coordination service misses the heartbeats for
+`heartbeat_timeout_s` and aborts every other process (exit status non-zero,
+never a hang).
 """
 
 import dataclasses
 import hashlib
 import json
 import os
+import sys
 import time
 from typing import Any, Callable, Mapping
 
@@ -99,14 +103,18 @@ class Cluster:
 
 def initialize(cluster: Cluster | None = None, *, timeout_s: float = 300.0,
                heartbeat_timeout_s: int = 100, fingerprint: Mapping[str, Any] | None = None,
-               failure: str | None = None) -> None:
+               failure: str | None = None,
+               on_failure: Callable[[str], None] | None = None) -> None:
   """Joins this process to the others; call it before anything else uses JAX.
 
   With a cluster (or one in the environment, `Cluster.from_env`) the
   processes first meet at process 0 (port + 1, `spec_decode.rendezvous`):
   they compare their fingerprints there, and one that has not arrived within
   `timeout_s` makes every other exit with a TimeoutError naming it. Then
-  `jax.distributed.initialize` connects them. Without either, JAX detects the cluster itself (a Cloud TPU pod slice,
+  `jax.distributed.initialize` connects them, and the rendezvous'
+  connections stay open for the run: a process that fails (`finish`) or
+  whose connection closes ends the others at once through `on_failure`.
+  Without either, JAX detects the cluster itself (a Cloud TPU pod slice,
   SLURM, ...) and the fingerprints are compared through JAX (`agree`).
 
   Args:
@@ -119,14 +127,19 @@ def initialize(cluster: Cluster | None = None, *, timeout_s: float = 300.0,
     failure: why this process cannot run (its own check failed): every
       process then stops, the message naming this one, instead of waiting
       for it.
+    on_failure: called once, on another thread, with a message when another
+      process fails or leaves mid-run; it should end this process. The
+      default prints `error: <message>` and exits with status 1.
 
   Raises:
     TimeoutError: a process did not arrive (named) or process 0 did not answer.
     ValueError: processes that disagree on the process count, one id twice,
       a failed process or fingerprints that differ (named, the same message
       on every process).
-    OSError: process 0 cannot listen at the coordinator's port + 1.
+    OSError: process 0 cannot listen at the coordinator's port + 1, or the
+      coordinator's port is busy (named).
   """
+  global _CHANNEL
   cluster = cluster or Cluster.from_env()
   if cluster is None:
     jax.distributed.initialize(initialization_timeout=int(timeout_s),
@@ -138,14 +151,50 @@ def initialize(cluster: Cluster | None = None, *, timeout_s: float = 300.0,
   deadline = time.monotonic() + timeout_s
   meet = dict(deadline=deadline, timeout_s=timeout_s, fingerprint=fingerprint, failure=failure)
   if cluster.process_id == 0:
-    rendezvous.gather(cluster.host, cluster.port + 1, cluster.num_processes, **meet)
+    channel = rendezvous.gather(cluster.host, cluster.port + 1, cluster.num_processes,
+                                coordinator_port=cluster.port, **meet)
   else:
-    rendezvous.report(cluster.host, cluster.port + 1, cluster.num_processes, cluster.process_id,
-                      **meet)
-  jax.distributed.initialize(cluster.coordinator_address, cluster.num_processes,
-                             cluster.process_id,
-                             initialization_timeout=max(1, int(deadline - time.monotonic())),
-                             heartbeat_timeout_seconds=heartbeat_timeout_s)
+    channel = rendezvous.report(cluster.host, cluster.port + 1, cluster.num_processes,
+                                cluster.process_id, **meet)
+  _CHANNEL = channel
+  channel.watch(on_failure or _exit_on_failure)
+  try:
+    jax.distributed.initialize(cluster.coordinator_address, cluster.num_processes,
+                               cluster.process_id,
+                               initialization_timeout=max(1, int(deadline - time.monotonic())),
+                               heartbeat_timeout_seconds=heartbeat_timeout_s)
+  except Exception as e:  # pylint: disable=broad-except; XLA raises its own runtime errors
+    message = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if cluster.process_id == 0 and 'RPC server' in message:
+      message = (f'process 0 cannot start JAX\'s coordination service at port {cluster.port} '
+                 f'(the COORDINATOR_ADDRESS port): {message}')
+    finish(message)
+    raise OSError(message) from None
+
+
+_CHANNEL: rendezvous.Channel | None = None
+
+
+def _exit_on_failure(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  os._exit(1)  # pylint: disable=protected-access
+
+
+def joined() -> bool:
+  """Whether this process joined others through `initialize`'s rendezvous."""
+  return _CHANNEL is not None
+
+
+def finish(failure: str | None = None) -> None:
+  """Tells the other processes that this one is done, or failed (`failure`, one line).
+
+  Call it once this process's part of the run is over (process 0: the output
+  written). After a failure, end the process without waiting for JAX's
+  shutdown (which would wait for the others): the others end on hearing it.
+  Nothing happens for a process that did not meet others at a rendezvous.
+  """
+  if _CHANNEL is not None:
+    _CHANNEL.finish(failure)
 
 
 def agree(fingerprint: Mapping[str, Any] | None, failure: str | None = None) -> None:

@@ -5,17 +5,28 @@ and says hello with what the processes must agree on (a fingerprint: name ->
 value, e.g. the settings and a digest of the inputs) or why it cannot run (its
 failure). Process 0 compares them and sends every process the same verdict:
 go, or one message naming the processes that failed, the entries that differ,
-or the processes that never arrived. A verdict other than go ends every
-process before any of them starts JAX.
+the processes that never arrived, or a busy coordinator port. A verdict other
+than go ends every process before any of them starts JAX.
+
+After go the connections stay open for the run (`Channel`, process 0 linked to
+each other process): a process that ends says so ('done', or 'failed' and
+why), and one whose connection closes without a word is gone (killed,
+crashed). Process 0 relays a failure to the others, and each process runs its
+`on_failure` hook at once, where JAX would abort it (exit 134) only after its
+heartbeat timeout. A host that vanishes without closing its connections is
+still JAX's to detect.
 """
 
 import json
+import os
 import socket
+import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-HELLO, GO, STOP = 'spec_decode rendezvous', 'go', 'stop'
+HELLO, GO, STOP, DONE, FAILED = 'spec_decode rendezvous', 'go', 'stop', 'done', 'failed'
 ANSWER_GRACE_S = 10.0  # process 0 answers by its own deadline, a little after the others'
+FAILURE_GRACE_S = 5.0  # a failing process 0 waits this long for the others to hear it
 _SHOWN = 60  # characters of a differing value a message shows
 
 
@@ -102,12 +113,105 @@ def parse_hello(line: str | None) -> tuple[int | None, int | None, dict[str, Any
   return None, None, {}
 
 
+class Channel:
+  """The run's open connections: process 0 to each other process, or one to process 0.
+
+  Attributes:
+    process_id: this process.
+    count: processes in the run.
+  """
+
+  def __init__(self, process_id: int, count: int, peers: Mapping[int, Lines]):
+    self.process_id, self.count = process_id, count
+    self._peers = dict(peers)
+    self._done: set[int] = set()
+    self._closed: set[int] = set()
+    self._changed = threading.Condition()
+    self._failed = False
+
+  def watch(self, on_failure: Callable[[str], None]) -> None:
+    """Watches every connection from daemon threads; `on_failure(message)` once a run fails.
+
+    on_failure runs once, on a watcher thread, when another process says it
+    failed or its connection closes without 'done'; it is expected to end
+    this process (os._exit). Process 0 first relays the message to the
+    others and waits up to FAILURE_GRACE_S for them to close.
+    """
+    for peer, lines in self._peers.items():
+      threading.Thread(target=self._watch, args=(peer, lines, on_failure), daemon=True,
+                       name=f'spec_decode-watch-{peer}').start()
+
+  def _watch(self, peer: int, lines: Lines, on_failure: Callable[[str], None]) -> None:
+    lines.connection.settimeout(None)
+    while True:
+      line = lines.receive()
+      if line == DONE:
+        with self._changed:
+          self._done.add(peer)
+        continue
+      if line is None:
+        with self._changed:
+          self._closed.add(peer)
+          self._changed.notify_all()
+          if peer in self._done or self._failed:
+            return
+        message = (f'process {peer} of {self.count} left the run without finishing (killed or '
+                   'crashed, or its host failed)')
+      elif line.startswith(FAILED + ' '):
+        message = line[len(FAILED) + 1:]
+        if self.process_id == 0:  # the others' messages are process 0's, whole
+          message = f'process {peer} of {self.count} failed: {message}'
+      else:
+        continue  # nothing else is said after go
+      if self._claim_failure():
+        self._tell_others(message, but=peer)
+        on_failure(message)
+      return
+
+  def _claim_failure(self) -> bool:
+    """Whether this is the run's first failure here (then this caller reports it)."""
+    with self._changed:
+      first, self._failed = not self._failed, True
+      return first
+
+  def _tell_others(self, message: str, but: int | None = None) -> None:
+    """Process 0: sends the failure to every other process, waits a while for them to close."""
+    if self.process_id != 0:
+      return
+    others = [peer for peer in self._peers if peer != but]
+    for peer in others:
+      self._peers[peer].send(f'{FAILED} {message}')
+    deadline = time.monotonic() + FAILURE_GRACE_S
+    with self._changed:
+      while not self._closed.issuperset(others) and time.monotonic() < deadline:
+        self._changed.wait(max(deadline - time.monotonic(), 0.001))
+
+  def finish(self, failure: str | None = None) -> None:
+    """Tells the others this process is done, or failed (`failure`, one line).
+
+    Process 0 failing waits up to FAILURE_GRACE_S for the others to close
+    their connections (they end on hearing it) before returning, so that
+    they hear it before its exit ends JAX's coordination service.
+    """
+    if failure is None:
+      for lines in self._peers.values():
+        lines.send(DONE)
+      return
+    if not self._claim_failure():
+      return  # a watcher is reporting another process's failure already
+    if self.process_id == 0:
+      self._tell_others(f'process 0 of {self.count} failed: {failure}')
+    else:
+      self._peers[0].send(f'{FAILED} {failure}')
+
+
 def gather(host: str, port: int, count: int, deadline: float, timeout_s: float,
-           fingerprint: Mapping[str, Any] | None, failure: str | None) -> None:
-  """Process 0: waits for every other process's hello, sends them the verdict.
+           fingerprint: Mapping[str, Any] | None, failure: str | None,
+           coordinator_port: int | None = None) -> Channel:
+  """Process 0: waits for every other process's hello, sends the verdict; the run's Channel.
 
   Raises:
-    OSError: process 0 cannot listen at `port`.
+    OSError: process 0 cannot listen at `port`, or `coordinator_port` is busy.
     TimeoutError: a process did not arrive by the deadline (named).
     ValueError: processes that disagree on the count, an id twice, a failed
       process or a fingerprint that differs (the verdict).
@@ -119,6 +223,7 @@ def gather(host: str, port: int, count: int, deadline: float, timeout_s: float,
                   f'other processes: {e}') from None
   arrived: dict[int, Lines] = {}
   hellos = {0: {'fingerprint': fingerprint, 'failure': failure}}
+  keep = False
   with server:
     try:
       while len(arrived) < count - 1:
@@ -147,23 +252,41 @@ def gather(host: str, port: int, count: int, deadline: float, timeout_s: float,
           raise ValueError(message)
         arrived[index], hellos[index] = lines, payload
       stop = verdict(hellos, count)
+      error: type[Exception] = ValueError
+      if stop is None and coordinator_port is not None:
+        stop, error = _busy(coordinator_port), OSError
       for peer in arrived.values():
         peer.send(GO if stop is None else f'{STOP} {stop}')
       if stop is not None:
-        raise ValueError(stop)
+        raise error(stop)
+      keep = True
+      return Channel(0, count, arrived)
     finally:
-      for peer in arrived.values():
-        peer.connection.close()
+      if not keep:
+        for peer in arrived.values():
+          peer.connection.close()
+
+
+def _busy(port: int) -> str | None:
+  """A message if `port` (where JAX's coordination service will listen) is taken, else None."""
+  try:
+    with socket.create_server(('', port)):
+      return None
+  except OSError as e:
+    why = os.strerror(e.errno) if e.errno else str(e)
+    return (f'process 0 cannot start JAX\'s coordination service: port {port} (the '
+            f'COORDINATOR_ADDRESS port) is busy ({why}); choose a free port')
 
 
 def report(host: str, port: int, count: int, index: int, deadline: float, timeout_s: float,
-           fingerprint: Mapping[str, Any] | None, failure: str | None) -> None:
+           fingerprint: Mapping[str, Any] | None, failure: str | None) -> Channel:
   """Process i > 0: says hello to process 0 (retrying until it listens), waits for the verdict.
 
   Raises:
     TimeoutError: process 0 never listened, did not answer, or names a
       process that did not arrive.
-    ValueError: the verdict (a failure or a difference), or a refused hello.
+    OSError, ValueError: the verdict (a busy coordinator port; a failure or a
+      difference), or a refused hello.
   """
   while True:
     try:
@@ -183,10 +306,11 @@ def report(host: str, port: int, count: int, index: int, deadline: float, timeou
   except TimeoutError:
     connection.close()
     raise TimeoutError(f'process 0 did not let process {index} go within {timeout_s:g} s') from None
-  connection.close()
   if answer == GO:
-    return
+    return Channel(index, count, {0: lines})
+  connection.close()
   if answer is not None and answer.startswith(STOP + ' '):
-    raise ValueError(answer[len(STOP) + 1:])
+    stop = answer[len(STOP) + 1:]
+    raise (OSError if 'coordination service' in stop else ValueError)(stop)
   raise (TimeoutError if answer and 'did not arrive' in answer else ValueError)(
       answer or 'process 0 closed the rendezvous without an answer')

@@ -229,6 +229,11 @@ CASES = {
     'process_id_not_below_the_count': ([_PROCESSES, '--gin.NUM_PROCESSES=2', '--gin.PROCESS_ID=2'],
                                        'process_id 2 (PROCESS_ID in gin) must be below '
                                        'num_processes 2 (NUM_PROCESSES)'),
+    # The command line's beam search runs in one process (the library's takes a mesh).
+    'beam_over_processes': ([_PROCESSES, "--gin.COORDINATOR_ADDRESS='localhost:1234'",
+                             '--gin.NUM_PROCESSES=2', "--gin.DECODE='beam'"],
+                            "DECODE='beam' decodes in one process, on one device: the command "
+                            'line does not run beam search over several processes'),
     'heartbeat_timeout_zero': ([_PROCESSES, '--gin.HEARTBEAT_TIMEOUT_S=0'],
                                'heartbeat_timeout_s (HEARTBEAT_TIMEOUT_S in gin) must be a number '
                                'of seconds >= 1, got 0'),

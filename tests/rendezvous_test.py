@@ -1,9 +1,10 @@
-"""The rendezvous of a multi-process run, in threads: the verdict every process gets.
+"""The rendezvous of a multi-process run, in threads: the verdict every process gets, the channel.
 
 tests/multihost_test.py runs real processes through the command line; here
-the processes are threads of this one.
+the processes are threads of this one, so each case takes milliseconds.
 """
 
+import socket
 import threading
 import time
 
@@ -15,8 +16,14 @@ from tests.multihost_test import free_port
 SETTINGS = {'SEED': 0, 'GAMMA': 4, 'the inputs': '12 lines, sha256 1f2e'}
 
 
-def _meet(count: int, fingerprints=None, failures=None, timeout_s: float = 20):
-  """Runs processes 0..count-1's side of the rendezvous; {id: None or the exception}."""
+@pytest.fixture(autouse=True)
+def _short_grace(monkeypatch):
+  monkeypatch.setattr(rendezvous, 'FAILURE_GRACE_S', 0.5)  # the hooks here do not exit
+
+
+def _meet(count: int, fingerprints=None, failures=None, timeout_s: float = 20,
+          coordinator_port: int | None = None):
+  """Runs processes 0..count-1's side of the rendezvous; {id: Channel or the exception}."""
   port, results = free_port(), {}
   fingerprints = fingerprints or {}
   failures = failures or {}
@@ -27,7 +34,8 @@ def _meet(count: int, fingerprints=None, failures=None, timeout_s: float = 20):
                 failure=failures.get(index))
     try:
       if index == 0:
-        results[index] = rendezvous.gather('localhost', port, count, **meet)
+        results[index] = rendezvous.gather('localhost', port, count,
+                                           coordinator_port=coordinator_port, **meet)
       else:
         results[index] = rendezvous.report('localhost', port, count, index, **meet)
     except Exception as e:  # pylint: disable=broad-except; the result of this process
@@ -43,7 +51,7 @@ def _meet(count: int, fingerprints=None, failures=None, timeout_s: float = 20):
 
 def test_processes_that_agree_go():
   results = _meet(3, {i: SETTINGS for i in range(3)})
-  assert results == {0: None, 1: None, 2: None}
+  assert all(isinstance(r, rendezvous.Channel) for r in results.values()), results
 
 
 @pytest.mark.parametrize('changes, named', [
@@ -67,3 +75,93 @@ def test_a_process_that_failed_its_checks_stops_every_process_naming_it():
                   failures={2: 'inputs.txt line 3: a blank line'})
   assert {i: str(e) for i, e in results.items()} == {
       i: 'process 2 of 3 failed its checks: inputs.txt line 3: a blank line' for i in range(3)}
+
+
+def test_a_busy_coordinator_port_is_named_on_every_process():
+  with socket.create_server(('', 0)) as busy:
+    port = busy.getsockname()[1]
+    results = _meet(2, coordinator_port=port)
+  for error in results.values():
+    assert isinstance(error, OSError), results
+    assert str(error).startswith(f"process 0 cannot start JAX's coordination service: port "
+                                 f'{port} (the COORDINATOR_ADDRESS port) is busy')
+
+
+def _channels(count: int):
+  results = _meet(count)
+  assert all(isinstance(r, rendezvous.Channel) for r in results.values()), results
+  heard, events = {}, {i: threading.Event() for i in range(count)}
+
+  def hook(index):
+    def on_failure(message):
+      heard[index] = message
+      events[index].set()
+    return on_failure
+
+  for i, channel in results.items():
+    channel.watch(hook(i))
+  return results, heard, events
+
+
+def test_a_failure_reaches_every_process_through_process_0():
+  channels, heard, events = _channels(3)
+  channels[2].finish('out of memory loading the target')
+  assert events[0].wait(10) and events[1].wait(10)
+  assert heard == {i: 'process 2 of 3 failed: out of memory loading the target' for i in (0, 1)}
+
+
+def test_process_0_failing_tells_the_others():
+  channels, heard, events = _channels(2)
+  threading.Thread(target=channels[0].finish, args=('writing out.jsonl: disk full',)).start()
+  assert events[1].wait(10)
+  assert heard == {1: 'process 0 of 2 failed: writing out.jsonl: disk full'}
+
+
+def test_a_connection_that_closes_without_done_is_a_process_gone():
+  channels, heard, events = _channels(3)
+  for lines in channels[1]._peers.values():  # pylint: disable=protected-access
+    lines.connection.shutdown(socket.SHUT_RDWR)  # as the kernel does for a killed process
+  assert events[0].wait(10) and events[2].wait(10)
+  message = 'process 1 of 3 left the run without finishing (killed or crashed, or its host failed)'
+  assert (heard[0], heard[2]) == (message, message)  # (process 1, the dead one, hears nothing)
+
+
+def test_processes_that_finish_end_quietly():
+  channels, heard, _ = _channels(3)
+  for i in (1, 2, 0):
+    channels[i].finish()
+  time.sleep(0.5)  # then the processes exit, closing their connections
+  for channel in channels.values():
+    for lines in channel._peers.values():  # pylint: disable=protected-access
+      lines.connection.shutdown(socket.SHUT_RDWR)
+  time.sleep(0.5)
+  assert not heard
+
+
+@pytest.mark.parametrize('records, status', [(3, 0), (1, 1)])
+def test_the_command_line_s_hook_says_what_the_output_holds(tmp_path, monkeypatch, capsys,
+                                                            records, status):
+  """Another process failed: exit 1 saying what the output holds, or 0 once it was complete."""
+  from spec_decode.cli import jsonl  # pylint: disable=import-outside-toplevel
+  from spec_decode.cli import processes  # pylint: disable=import-outside-toplevel
+
+  def leave(code):
+    raise SystemExit(code)
+
+  monkeypatch.setattr(processes, '_exit', leave)
+  out = jsonl.Output(str(tmp_path / 'out.jsonl'), '-')
+  processes.writing(out, 3)
+  out.write([{'line': i} for i in range(records)])
+  if records == 3:
+    out.close()
+  with pytest.raises(SystemExit) as exited:
+    processes._on_failure('process 1 of 2 failed: boom')  # pylint: disable=protected-access
+  assert exited.value.code == status
+  line = capsys.readouterr().err.strip()
+  if status:
+    assert line == (f'error: process 1 of 2 failed: boom; {tmp_path}/out.jsonl was not written; '
+                    f'the first 1 of 3 records (the last line possibly cut) are in '
+                    f'{tmp_path}/out.jsonl.incomplete')
+  else:
+    assert line == f'note: process 1 of 2 failed: boom, after {tmp_path}/out.jsonl was complete'
+  processes.writing(None, 0)

@@ -169,14 +169,14 @@ def _without_gin_context(error: BaseException) -> str:
 
 
 def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, description: str,
-        example: str) -> int:
+        example: str, on_error: Callable[[str], None] | None = None) -> int:
   """Parses the flags, calls gin-configured `fn`; returns the exit status.
 
   A ConfigError, or an error gin meets building one of `fn`'s arguments (a
   config's bad field, a missing config.json), prints `error: ...` on stderr
   and returns 1; SIGINT and SIGTERM
   raise Interrupted inside `fn`, which prints its message and returns
-  128 + the signal number.
+  128 + the signal number. `on_error`, if given, then gets the message.
   """
   args = parse_flags(sys.argv[1:] if argv is None else argv, prog, description, example)
   # gin logs an error for every search path a file is not in before the one it is in.
@@ -195,9 +195,13 @@ def run(fn: Callable[..., Any], argv: Sequence[str] | None, *, prog: str, descri
       raise ConfigError(f'{type(e).__name__}: {_without_gin_context(e)}') from None
   except ConfigError as e:
     print(f'error: {e.message}', file=sys.stderr)
+    if on_error is not None:
+      on_error(e.message)
     return 1
   except Interrupted as e:
     print(f'error: {e.message}', file=sys.stderr)
+    if on_error is not None:
+      on_error(e.message)
     return 128 + e.signum
   finally:
     for s, handler in handlers.items():

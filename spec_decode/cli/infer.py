@@ -53,6 +53,7 @@ OUTPUT_FILE and says on stderr what the `.incomplete` file holds.
 import functools
 import sys
 import time
+import traceback
 from typing import Any, Sequence
 
 import jax
@@ -235,6 +236,7 @@ def infer(*, target_config: T5Config, target_checkpoint: str, vocabulary: Any,
     raise ConfigError(str(e)) from None
   output = (jsonl.Output(output_file, input_file) if devices.is_writer()
             else jsonl.Discard(jax.process_index()))
+  processes.writing(output, len(examples))
   with jsonl.writing(output, len(examples)) as out:
     summary = _run(out, examples, configs, paths, vocabulary, knobs, options, beam=decode == 'beam', batch_size=batch_size, seed=seed,
                    model_parallel=model_parallel)
@@ -388,5 +390,14 @@ def _print_summary(summary: dict[str, Any], speculate: bool, gamma: int) -> None
 
 def main(argv: Sequence[str] | None = None) -> int:
   """Parses T5X-style flags (without the program name) and runs `infer`."""
-  return gin_utils.run(infer, argv, prog='decode.py', description=__doc__.splitlines()[0],
-                       example='--gin_file=runs/decode.gin --gin.GAMMA=5 --gin.TEMPERATURE=0.5')
+  try:
+    status = gin_utils.run(infer, argv, prog='decode.py', description=__doc__.splitlines()[0],
+                           example='--gin_file=runs/decode.gin --gin.GAMMA=5 --gin.TEMPERATURE=0.5',
+                           on_error=processes.failed)
+  except BaseException as e:  # its traceback follows; the other processes, if any, end too
+    processes.failed(f'{type(e).__name__}: {e}')
+    if multihost.joined():
+      traceback.print_exc()
+      processes.leave(1)
+    raise
+  return processes.leave(status)

@@ -214,10 +214,11 @@ class Output:
   Attributes:
     path: the output path, '-' for stdout.
     records: records written so far.
+    complete: whether `close` made the output whole.
   """
 
   def __init__(self, path: str, input_file: str):
-    self.path, self.records = path, 0
+    self.path, self.records, self.complete = path, 0, False
     if path == '-':
       self._file: TextIO = open(sys.stdout.fileno(), 'w', encoding='utf-8', closefd=False)
       return
@@ -249,6 +250,7 @@ class Output:
     self._file.close()
     if self.path != '-':
       self._partial.replace(epath.Path(self.path))
+    self.complete = True
 
   def abort(self, total: int) -> str:
     """Closes the unfinished output; returns a sentence saying what it holds."""
@@ -273,12 +275,13 @@ class Discard:
 
   def __init__(self, process_id: int):
     self.path, self.records, self._process_id = '-', 0, process_id
+    self.complete = False
 
   def write(self, records: list[dict[str, Any]]) -> None:
     self.records += len(records)
 
   def close(self) -> None:
-    pass
+    self.complete = True
 
   def abort(self, total: int) -> str:
     return f'process {self._process_id} writes nothing (process 0 writes the output)'

@@ -1,4 +1,4 @@
-"""The processes of one command-line run join agreeing on their settings and inputs.
+"""The processes of one command-line run: they join agreeing, and they end together.
 
 With NUM_PROCESSES > 1 every process runs the same command. `join` meets the
 others at process 0's rendezvous (spec_decode.rendezvous) with a fingerprint
@@ -6,13 +6,22 @@ of what must be the same everywhere: the settings that shape the computation
 and a digest of the inputs as read and tokenized. A difference, or a process
 whose own checks failed (`join(failure=...)`), stops every process there
 with the same `error:` line, before any model loads or JAX starts.
+
+From then on a process that fails tells the others (`failed`, from the
+command line's error handler) and leaves at once (`leave`: JAX's shutdown
+would wait for the others); the others, hearing it or seeing its connection
+close (killed, crashed), print one `error:` line with what the output holds
+and exit 1, or 0 with a note where the output was complete already.
 """
 
 import hashlib
 import json
+import os
+import sys
 from typing import Any
 
 from spec_decode import multihost
+from spec_decode.cli import settings as infer_settings
 from spec_decode.cli.gin_utils import ConfigError
 
 # COORDINATOR_ADDRESS that lets JAX find the cluster itself (Cloud TPU pod slices, SLURM, ...).
@@ -22,6 +31,16 @@ AUTO = 'auto'
 # (the inputs by their contents, not the file's path).
 _OWN = ('process_id', 'coordinator_address', 'num_processes', 'process_timeout_s',
         'heartbeat_timeout_s', 'memory_limit_gb', 'output_file', 'input_file', 'vocabulary')
+
+
+class _Output:
+  """The output this process writes (or discards) and how many records it will hold."""
+
+  out: Any = None
+  total = 0
+
+
+_OUTPUT = _Output()
 
 
 def cluster_of(settings: dict[str, Any]) -> 'multihost.Cluster | None | str':
@@ -65,14 +84,16 @@ def join(settings: dict[str, Any], *, fingerprint: dict[str, Any] | None = None,
       raises a ConfigError naming it on every process).
 
   Raises:
-    ConfigError: a bad cluster, a multi-process run without a mesh, a
-      process that did not arrive within PROCESS_TIMEOUT_S, a process that
-      failed its checks, or settings or inputs that differ (each named, the
-      same line on every process).
+    ConfigError: a bad cluster, a multi-process run without a mesh or with
+      beam search, a process that did not arrive within PROCESS_TIMEOUT_S, a
+      process that failed its checks, settings or inputs that differ, or a
+      busy coordinator port (each named, the same line on every process).
   """
   cluster = cluster_of(settings)
   if cluster is None:
     return
+  if settings['decode'] == 'beam':  # a cluster from the environment
+    raise ConfigError(infer_settings.BEAM_ONE_PROCESS)
   if not settings['model_parallel']:
     raise ConfigError('a run over several processes needs a mesh: set MODEL_PARALLEL >= 1 '
                       '(include runs/sharded/mesh.gin)')
@@ -80,7 +101,7 @@ def join(settings: dict[str, Any], *, fingerprint: dict[str, Any] | None = None,
     multihost.initialize(None if cluster == AUTO else cluster,
                          timeout_s=settings['process_timeout_s'],
                          heartbeat_timeout_s=int(settings['heartbeat_timeout_s']),
-                         fingerprint=fingerprint, failure=failure)
+                         fingerprint=fingerprint, failure=failure, on_failure=_on_failure)
   except (ValueError, TimeoutError, OSError) as e:
     raise ConfigError(f'joining the other processes: {e}') from None
 
@@ -125,3 +146,48 @@ def stop_others(settings: dict[str, Any], failure: str) -> None:
       raise
   except Exception:  # pylint: disable=broad-except; settings too broken to join with
     pass
+
+
+def writing(out: Any, total: int) -> None:
+  """This process's output, for the line a failure elsewhere prints (what it holds)."""
+  _OUTPUT.out, _OUTPUT.total = out, total
+
+
+def failed(message: str) -> None:
+  """This process failed (`message`, its error line): tells the others, if any."""
+  multihost.finish(message.splitlines()[0] if message else 'failed')
+
+
+def leave(status: int) -> int:
+  """The exit status; a failed process of several leaves now, a finished one says so.
+
+  A process that failed exits at once (os._exit, streams flushed): JAX's
+  shutdown would wait for the others, which end on hearing it.
+  """
+  if not multihost.joined():
+    return status
+  if status:
+    _exit(status)
+  multihost.finish()
+  return status
+
+
+def _on_failure(message: str) -> None:
+  """Another process failed or left: one line with what the output holds, then exit."""
+  out = _OUTPUT.out
+  start = '\n' if out is not None else ''  # after a progress bar's line
+  if out is not None and getattr(out, 'complete', False):
+    print(f'{start}note: {message}, after {out.path} was complete', file=sys.stderr)
+    _exit(0)
+  held = 'no output was opened yet' if out is None else out.abort(_OUTPUT.total)
+  print(f'{start}error: {message}; {held}', file=sys.stderr)
+  _exit(1)
+
+
+def _exit(status: int) -> None:
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(status)  # pylint: disable=protected-access

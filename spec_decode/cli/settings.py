@@ -273,8 +273,16 @@ def loop_options(settings: dict[str, Any], *, speculate: bool) -> decoding.LoopO
     raise ConfigError(f'{e} (MAX_DECODE_LEN, GAMMA, VERIFICATION, VERIFY_LENGTHS in gin)') from None
 
 
+# Why the command line refuses DECODE='beam' over several processes.
+BEAM_ONE_PROCESS = ("DECODE='beam' decodes in one process, on one device: the command line does "
+                    'not run beam search over several processes (NUM_PROCESSES > 1); in Python, '
+                    'beam_generate takes sharded models over a multi-process mesh')
+
+
 def _check_beam_only(settings: dict[str, Any]) -> None:
-  """Raises ConfigError for a setting DECODE='beam' would ignore."""
+  """Raises ConfigError for a setting DECODE='beam' would ignore, or several processes."""
+  if settings['num_processes'] > 1 or settings['coordinator_address'] == 'auto':
+    raise ConfigError(BEAM_ONE_PROCESS)
   for name, neutral in _SAMPLING_ONLY.items():
     if settings[name] != neutral:
       raise ConfigError(f"{name} ({name.upper()} in gin) does not apply to DECODE='beam' "
