@@ -132,7 +132,8 @@ def test_distill_gin_trains_a_draft_on_the_records(tmp_path):
         '--gin_file=runs/distill.gin', '--gin_file=models/demo/draft_small.gin',
         '--gin.MODEL_CONFIG=@demo_draft_small/t5.T5Config()',
         f"--gin.WORKDIR='{tmp_path / 'run'}'", f"--gin.DISTILL_DIR='{tmp_path / 'distill'}'",
-        '--gin.NUM_STEPS=2', '--gin.BATCH_TOKENS=512', '--gin.train.TrainConfig.eval_batches=1'])
+        '--gin.NUM_STEPS=2', '--gin.WARMUP_STEPS=1', '--gin.BATCH_TOKENS=512',
+        '--gin.train.TrainConfig.eval_batches=1'])
     assert status == 0
     assert gin.query_parameter('OPTIMIZER/macro.value') == 'adafactor'
   finally:

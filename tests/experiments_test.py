@@ -42,7 +42,8 @@ def test_draft_provider_by_name(monkeypatch):
   monkeypatch.setattr(loading, 'target_token_stream',
                       lambda task, split, cache_dir=None: np.array([5, 6, 1, 5, 7, 1]))
   bigram = experiments.draft_provider('bigram', 8)
-  assert isinstance(bigram, drafts.TableDraft) and bigram.log_probs.shape == (8, 8)
+  assert isinstance(bigram, drafts.TableDraft) and bigram.order == 2
+  assert bigram.logits(jax.numpy.arange(8)[None]).shape == (1, 8, 8)
   assert experiments.draft_provider('unigram', 8).log_probs.shape == (8,)
   assert isinstance(experiments.draft_provider('prompt_lookup', 8), drafts.PromptLookupDraft)
   assert experiments.draft_provider('uniform', 8).vocab_size == 8

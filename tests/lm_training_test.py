@@ -47,7 +47,7 @@ def test_distillation_loss_is_the_cross_entropy_of_the_teachers_distribution():
 
 
 def test_a_short_run_writes_a_loadable_checkpoint_and_its_log(tmp_path):
-  cfg = lm_training.LMTrainConfig(num_steps=3, eval_every=2, batch_tokens=256)
+  cfg = lm_training.LMTrainConfig(num_steps=3, warmup_steps=1, eval_every=2, batch_tokens=256)
   summary = lm_training.train(TINY, cfg, str(tmp_path / 'target'))
   assert summary['steps'] == 3 and summary['eval_loss'] > 0
   log = [json.loads(line) for line in (tmp_path / 'target' / 'log.jsonl').read_text().splitlines()]

@@ -187,7 +187,7 @@ def test_compile_buckets_compiles_every_bucket_shape_before_the_loop_meets_it(tm
   checkpoints.write_t5x(str(tmp_path / 'target'), target.params)
   cfg = whitebox.WhiteboxConfig(
       divergence='tvd', tasks=(('demo_multi30k', 1.0),), reference_weight=1.0,
-      on_policy_weight=0.0, max_decode_len=16, num_steps=6, batch_tokens=256,
+      on_policy_weight=0.0, max_decode_len=16, num_steps=6, warmup_steps=2, batch_tokens=256,
       input_buckets=(16, 32), target_buckets=(8, 16), eval_examples=0, log_every=3,
       checkpoint_every=6, compile_buckets=True)
   jax.clear_caches()

@@ -22,8 +22,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from spec_decode import checks
 from spec_decode import demo
-from spec_decode import draft_phase
 from spec_decode.harness import experiments
 from spec_decode.harness import loading
 from spec_decode.harness import report
@@ -82,7 +82,7 @@ def draft_length_experiment(target: models.T5Model, draft: loading.Draft, draft_
     outputs equal to the baseline's: 1 at T = 0, exactness's check).
   """
   s = settings
-  buckets = [None, draft_phase.check_verify_lengths(s.verify_lengths, s.gamma_max)]
+  buckets = [None, checks.check_verify_lengths(s.verify_lengths, s.gamma_max)]
   inputs, _ = experiments.task_inputs(s.task, s.split, s.n, s.max_input_len)
   # Threshold 0 never stops: gamma_max drafts, as fixed gamma_max, through the adaptive loop.
   variants = [('fixed', g, None, None) for g in s.gammas] + [('adaptive', s.gamma_max, 0.0, None)]

@@ -33,6 +33,7 @@ from spec_decode import demo
 from spec_decode.harness import loading
 from spec_decode.harness import timing
 from spec_decode import sampling
+from spec_decode.models import protocol
 
 
 def positions_beyond(model, examples, *, temperature: float, top_p: float, caps: list[int],
@@ -57,7 +58,8 @@ def positions_beyond(model, examples, *, temperature: float, top_p: float, caps:
 
   @jax.jit
   def top_mass(encoder_input_tokens, decoder_input_tokens):
-    logits = alpha_lib.teacher_forced_logits(model, encoder_input_tokens, decoder_input_tokens)
+    logits = alpha_lib.teacher_forced_logits(model, protocol.Batch(encoder_input_tokens),
+                                             decoder_input_tokens)
     probs = sampling.adjust(logits, params)[0]  # [L, V]
     return jnp.cumsum(jax.lax.top_k(probs, max(caps))[0], axis=-1)  # [L, max cap]
 
