@@ -21,10 +21,13 @@ from spec_decode.checkpoints.hf import HF_FILE
 from spec_decode.checkpoints.param_trees import flatten
 from spec_decode.llama import LlamaConfig
 from spec_decode.models import LlamaModel, beam_generate, generate, speculative_generate
+from spec_decode.models import PRUNED_LOGIT, PrunedHeadDraft, T5Model
+from spec_decode.models import drafts
 from spec_decode.models import front_ends
 from spec_decode.models import llama as llama_model
 from spec_decode.models import protocol
 from spec_decode.options import Knobs, LoopOptions
+from spec_decode.t5 import t5_1_1
 from tests import stubs
 from tests import tolerances
 
@@ -308,3 +311,38 @@ def test_bad_prompts_and_eos_settings_raise_clear_errors():
   several = model.replace(config=LlamaConfig(**{**GQA.__dict__, 'eos_token_ids': (2, 9)}))
   with pytest.raises(ValueError, match=r'several EOS ids \(2, 9\).*pass eos_id'):
     generate(several, PROMPTS, 0, lengths=LENGTHS, max_decode_len=4)
+
+
+@pytest.mark.parametrize('config', [GQA, MHA], ids=['untied', 'tied'])
+def test_pruned_head_draft_scores_its_ids_as_the_full_head_and_equals_greedy(config):
+  target = stubs.llama_model(config, 0)
+  draft = _noisy_copy(target)
+  baseline = generate(target, PROMPTS, 0, lengths=LENGTHS, max_decode_len=12)
+  ids = drafts.most_frequent_ids(np.asarray(baseline.tokens).ravel(), 128, 16)
+  assert not np.isin(baseline.tokens, ids).all()  # the target also picks tokens the draft cannot
+  pruned = PrunedHeadDraft.create(draft, ids)
+  assert pruned.reads == protocol.PROMPT and pruned.head_panels is None
+
+  tokens = jnp.asarray(np.random.default_rng(3).integers(0, 128, (3, 6)), jnp.int32)
+  full, index = _logits_after(draft, tokens, LENGTHS, 8, (4, 2))
+  scored, scored_index = _logits_after(pruned, tokens, LENGTHS, 8, (4, 2))
+  np.testing.assert_array_equal(scored_index, index)
+  kept = np.isin(np.arange(128), ids)
+  tolerances.assert_close(scored[..., kept], full[..., kept], ulps=64)
+  assert np.all(np.asarray(scored)[..., ~kept] == PRUNED_LOGIT)
+
+  out = speculative_generate(target, pruned, PROMPTS, 0, lengths=LENGTHS, gamma=3,
+                             max_decode_len=12)
+  np.testing.assert_array_equal(out.tokens, baseline.tokens)
+  assert np.asarray(out.accept_histogram)[1:].sum() > 0  # drafts kept, not only rejections
+
+
+def test_pruned_head_draft_pairs_only_with_its_own_family():
+  t5 = T5Model.random(t5_1_1('tiny', vocab_size=128), jax.random.key(0))
+  t5_draft = PrunedHeadDraft.create(t5, np.arange(0, 128, 2))
+  assert t5_draft.reads == protocol.ENCODER_INPUT
+  with pytest.raises(ValueError, match='the target reads its inputs as .*pair models of one family'):
+    speculative_generate(stubs.llama_model(GQA, 0), t5_draft, PROMPTS, 0, lengths=LENGTHS,
+                         gamma=3, max_decode_len=4)
+  with pytest.raises(TypeError, match='wraps a T5Model or a LlamaModel, not a UniformDraft'):
+    PrunedHeadDraft.create(drafts.UniformDraft(128), np.arange(4))

@@ -148,6 +148,7 @@ class LlamaNetwork(nn.Module):
 
     cache = net.apply(v, prompt_tokens, lengths, capacity, method='prefill')
     logits, cache = net.apply(v, tokens, cache, method='decode')
+    features, cache = net.apply(v, tokens, cache, method='decode_features')
   """
 
   config: LlamaConfig
@@ -241,7 +242,16 @@ class LlamaNetwork(nn.Module):
       [B, K, V] float32 logits (of the token after each input) and the cache
       with the K entries written and index + K.
     """
+    features, cache = self.decode_features(tokens, cache)
+    return self.logits(features), cache
+
+  def decode_features(self, tokens: jax.Array,
+                      cache: cache_lib.Cache) -> tuple[jax.Array, cache_lib.Cache]:
+    """`decode` without the output layer: [B, K, E] final (normed) features and the cache.
+
+    For a head of one's own over the features (models.PrunedHeadDraft).
+    """
     tokens, positions = cache_lib.behind_prompt(tokens, cache)
     features, buffers = self.features(tokens, cache.layers.buffers, positions)
-    return self.logits(features), cache.replace(
+    return features, cache.replace(
         index=cache.index + tokens.shape[1], layers=cache.layers.replace(buffers=buffers))

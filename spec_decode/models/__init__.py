@@ -6,7 +6,7 @@
   decoder_only DecoderOnlyModel: T5X's decoder-only T5 1.1 (and the bundled language models)
   llama        LlamaModel: Hugging Face Llama checkpoints
   drafts       TableDraft (n-gram), PromptLookupDraft, UniformDraft: drafts with c ~ 0
-  pruned_head  PrunedHeadDraft: a draft T5 model scoring only some tokens
+  pruned_head  PrunedHeadDraft: a draft T5 or Llama model scoring only some tokens
   sharding     the same models over a device mesh
   alpha        alpha measured from the target's sequences (Table 3)
 """

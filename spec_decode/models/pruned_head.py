@@ -1,7 +1,7 @@
 """A draft whose output layer scores only some tokens: most of a small draft's step, cut.
 
 `PrunedHeadDraft` (also `spec_decode.models.PrunedHeadDraft`) wraps a draft
-T5Model; its step scores the ids given (e.g. `drafts.most_frequent_ids`) and
+T5Model or LlamaModel; its step scores the ids given (e.g. `drafts.most_frequent_ids`) and
 gives every other token PRUNED_LOGIT, q = 0: speculative sampling stays exact.
 """
 
@@ -15,7 +15,9 @@ import numpy as np
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import kernels
+from spec_decode.llama.network import LlamaNetwork
 from spec_decode.models import protocol
+from spec_decode.models.llama import LlamaModel
 from spec_decode.models.t5 import T5Model, replacing
 from spec_decode.t5.network import Transformer
 
@@ -28,7 +30,7 @@ PRUNED_LOGIT = -1e30
 
 @flax.struct.dataclass
 class PrunedHeadDraft:
-  """A draft T5 model whose output layer scores only the tokens `ids`.
+  """A draft T5 or Llama model whose output layer scores only the tokens `ids`.
 
   A draft step reads the whole output layer, [E, V]: for a small draft over
   a large vocabulary most of its weights, and on a CPU most of c. This draft
@@ -43,58 +45,73 @@ class PrunedHeadDraft:
   sharding constraints.
 
   Attributes:
-    model: the draft T5Model (its encoder, decoder and embedding are used).
+    model: the draft T5Model or LlamaModel (all of it but its output layer
+      is used); its `reads` is this draft's.
     ids: [N] int32 distinct token ids, ascending.
     kernel: [E, N] float32, the output layer's columns of `ids`.
     head_panels: None, or `kernels.pack(kernel)` where the CPU kernels use it
       (`with_panels`); keyword-only.
   """
 
-  model: T5Model
+  model: T5Model | LlamaModel
   ids: jax.Array
   kernel: jax.Array
   head_panels: Any = flax.struct.field(default=None, kw_only=True)
-  reads = protocol.ENCODER_INPUT
 
   @classmethod
-  def create(cls, model: T5Model, ids) -> 'PrunedHeadDraft':
+  def create(cls, model: T5Model | LlamaModel, ids) -> 'PrunedHeadDraft':
     """The draft `model` scoring only `ids` ([N] distinct ids in [0, V), N >= 1), `with_panels`.
 
     Raises:
+      TypeError: a model that is neither a T5Model nor a LlamaModel.
       ValueError: ids that are not a non-empty 1-D set of ids of the vocabulary.
     """
+    if not isinstance(model, (T5Model, LlamaModel)):
+      raise TypeError(f'a PrunedHeadDraft wraps a T5Model or a LlamaModel, not a '
+                      f'{type(model).__name__}')
     ids = np.asarray(ids)
     if (ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer)
         or ids.min() < 0 or ids.max() >= model.vocab_size or np.unique(ids).size != ids.size):
       raise ValueError(f'ids must be distinct token ids in [0, {model.vocab_size}), a non-empty '
                        f'1-D integer array; got {ids.dtype} {ids.shape}')
     ids = np.sort(ids).astype(np.int32)
-    # float32 once here, as nn.Dense(dtype=float32) would promote it at every step.
-    kernel = jnp.asarray(model.params['decoder']['logits_dense']['kernel'][:, ids], jnp.float32)
-    return cls(model, jnp.asarray(ids), kernel).with_panels()
+    return cls(model, jnp.asarray(ids), _head_columns(model, ids)).with_panels()
+
+  @property
+  def reads(self) -> str:
+    return self.model.reads
 
   @property
   def vocab_size(self) -> int:
     return self.model.vocab_size
 
   def with_panels(self) -> 'PrunedHeadDraft':
-    """This draft over `model.with_panels()`, its output layer packed too; cached."""
+    """This draft over `model.with_panels()`, its output layer packed too; cached.
+
+    A model without panels (a LlamaModel) leaves the output layer unpacked.
+    """
     if '_with_panels' not in self.__dict__:
-      model, head = self.model.with_panels(), self.head_panels
-      if model.panels is not None and head is None and kernels.packing_pays(self.kernel):
+      model, head = self.model, self.head_panels
+      if hasattr(model, 'with_panels'):
+        model = model.with_panels()
+      if (getattr(model, 'panels', None) is not None and head is None
+          and kernels.packing_pays(self.kernel)):
         head = kernels.pack_weights(self.kernel)
       object.__setattr__(self, '_with_panels', self.replace(model=model, head_panels=head))
     return self.__dict__['_with_panels']
 
   def start(self, batch: protocol.Batch,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
-    """As `T5Model.start`; the logits are PRUNED_LOGIT outside `ids`."""
+    """As the model's `start`; the logits are PRUNED_LOGIT outside `ids`."""
     _, cache = self.model.start(batch, capacity)
-    network, variables = self.model.network, self.model.variables()
+    network = self.model.network
+    if isinstance(self.model, LlamaModel):
+      variables, decode_features = {'params': self.model.params}, LlamaNetwork.decode_features
+    else:
+      variables, decode_features = self.model.variables(), Transformer.decode_features
 
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
-      features, cache = network.apply(variables, tokens, cache,
-                                      method=Transformer.decode_features)
+      features, cache = network.apply(variables, tokens, cache, method=decode_features)
       features = features.astype(jnp.float32)
       if self.head_panels is not None and kernels.panels_apply(features, self.head_panels,
                                                                self.kernel):
@@ -109,3 +126,19 @@ class PrunedHeadDraft:
 
 
 PrunedHeadDraft.replace = replacing('kernel', 'head_panels')
+
+
+def _head_columns(model: T5Model | LlamaModel, ids: np.ndarray) -> jax.Array:
+  """[E, N] float32: the columns of `ids` of the model's output layer, unscaled.
+
+  float32 once here, as the output layers compute in float32 (nn.Dense with
+  dtype float32, or Llama's tied einsum) and would promote them at every step.
+  """
+  params = model.params
+  if isinstance(model, T5Model):
+    columns = params['decoder']['logits_dense']['kernel'][:, ids]
+  elif model.config.tie_word_embeddings:  # the head is the token embedding [V, E], transposed
+    columns = params['embed_tokens']['embedding'][ids].T
+  else:
+    columns = params['lm_head']['kernel'][:, ids]
+  return jnp.asarray(columns, jnp.float32)
