@@ -209,18 +209,14 @@ def run(target: protocol.Model, draft: protocol.Model | None, batch: protocol.Ba
   # replicated on every device of the target's.
   draft_shardings = (None if draft is None
                      else draft.shardings() if hasattr(draft, 'shardings') else replicated)
+  # in_shardings name the traced arguments only: options (static) has none.
   in_shardings = (target.shardings(), draft_shardings, batch_shardings, rng_sharding, replicated)
-  jitted = jax.jit(_sharded_decode, static_argnums=0, in_shardings=in_shardings,
+  jitted = jax.jit(decode, static_argnums=4, in_shardings=in_shardings,
                    out_shardings=sharding.output_shardings(target, batch.size, options))
-  return jitted(options, target, draft, batch, rng, knobs)
+  return jitted(target, draft, batch, rng, options, knobs)
 
 
 _decode = jax.jit(decode, static_argnums=4)
-
-
-def _sharded_decode(options, target, draft, batch, rng, knobs):
-  """`decode` with the static options first (the order of `run`'s in_shardings)."""
-  return decode(target, draft, batch, rng, options, knobs)
 
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'max_decode_len', 'draft_width', 'gamma',
