@@ -16,6 +16,7 @@ import safetensors.numpy
 
 from spec_decode import cache as cache_lib
 from spec_decode import checks
+from spec_decode import kernels
 from spec_decode import sampling
 from spec_decode.checkpoints.hf import HF_FILE
 from spec_decode.checkpoints.param_trees import flatten
@@ -321,7 +322,9 @@ def test_pruned_head_draft_scores_its_ids_as_the_full_head_and_equals_greedy(con
   ids = drafts.most_frequent_ids(np.asarray(baseline.tokens).ravel(), 128, 16)
   assert not np.isin(baseline.tokens, ids).all()  # the target also picks tokens the draft cannot
   pruned = PrunedHeadDraft.create(draft, ids)
-  assert pruned.reads == protocol.PROMPT and pruned.head_panels is None
+  assert pruned.reads == protocol.PROMPT
+  # Packed with its model's layers (LlamaModel.with_panels) where the CPU kernels run.
+  assert (pruned.head_panels is not None) == (pruned.model.panels is not None) == kernels.in_use()
 
   tokens = jnp.asarray(np.random.default_rng(3).integers(0, 128, (3, 6)), jnp.int32)
   full, index = _logits_after(draft, tokens, LENGTHS, 8, (4, 2))

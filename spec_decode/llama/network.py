@@ -60,10 +60,10 @@ def rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
   return (x32 * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
 
 
-def _dense(cfg: LlamaConfig, features: int, name: str) -> nn.Dense:
-  return nn.Dense(features, use_bias=False, dtype=cfg.compute_dtype,
-                  param_dtype=cfg.compute_dtype, kernel_init=_init, name=name,
-                  dot_general=kernels.dot_general)
+def _dense(cfg: LlamaConfig, features: int, name: str) -> layers.Dense:
+  """A bias-free product that reads packed panels where the variables hold them (`LlamaModel.with_panels`)."""
+  return layers.Dense(features, kernel_init=_init, dtype=cfg.compute_dtype,
+                      param_dtype=cfg.compute_dtype, name=name)
 
 
 class Attention(nn.Module):

@@ -22,10 +22,12 @@ import jax.numpy as jnp
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
+from spec_decode import kernels
 from spec_decode.llama import hf
 from spec_decode.llama.config import LlamaConfig
 from spec_decode.llama.network import LlamaNetwork
 from spec_decode.models import protocol
+from spec_decode.models.t5 import replacing
 
 
 @flax.struct.dataclass
@@ -37,12 +39,37 @@ class LlamaModel:
     params: the parameter tree (see spec_decode.llama.network).
     tokenizer: static ((file, sha256), ...) of the checkpoint's tokenizer
       files (hf.tokenizer_fingerprint); empty when unknown.
+    panels: None, or packed copies of the layers' kernels (`with_panels`);
+      keyword-only.
   """
 
   config: LlamaConfig = flax.struct.field(pytree_node=False)
   params: Any
   tokenizer: tuple[tuple[str, str], ...] = flax.struct.field(pytree_node=False, default=())
+  panels: Any = flax.struct.field(default=None, kw_only=True)
   reads = protocol.PROMPT  # loop position 0 stands for the prompt's last token
+
+  def with_panels(self) -> 'LlamaModel':
+    """This model with its layers' kernels packed where the CPU kernels use them; cached.
+
+    A decode step then reads each kernel as one stream (`kernels.pack`), in
+    bfloat16 where bfloat16 holds its weights exactly (a bfloat16 checkpoint's,
+    e.g. the trained SmolLM2 draft's): half the bytes, the same products. A
+    second copy of the kernels in memory; float32 compute only.
+    """
+    if '_with_panels' not in self.__dict__:
+      packed = self
+      if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
+          and kernels.packing_pays(self.params)):
+        packed = self.replace(panels=kernels.pack_tree(self.params, _layer_kernel))
+      object.__setattr__(self, '_with_panels', packed)
+    return self.__dict__['_with_panels']
+
+  def variables(self) -> dict:
+    """The variables `network.apply` takes: params, and panels where there are some."""
+    if self.panels is None:
+      return {'params': self.params}
+    return {'params': self.params, kernels.PANELS: self.panels}
 
   @property
   def eos_id(self) -> int:
@@ -108,7 +135,7 @@ class LlamaModel:
       and the cache at loop index 0, whose logits there are those after the
       whole prompt (the loop's token at position 0 is not read).
     """
-    network, variables = self.network, {'params': self.params}
+    network, variables = self.network, self.variables()
     cache = network.apply(variables, batch.tokens, batch.prompt_lengths(), capacity,
                           method=LlamaNetwork.prefill)
 
@@ -116,6 +143,15 @@ class LlamaModel:
       return network.apply(variables, tokens, cache, method=LlamaNetwork.decode)
 
     return step_fn, cache
+
+
+# flax.struct.dataclass sets a plain `replace` on the class it decorates.
+LlamaModel.replace = replacing('params', 'panels')
+
+
+def _layer_kernel(path: tuple[str, ...]) -> bool:
+  """Whether a parameter path names a decoder layer's kernel (the products `with_panels` packs)."""
+  return path[0].startswith('layers_') and path[-1] == 'kernel'
 
 
 @functools.partial(jax.jit, static_argnums=0)

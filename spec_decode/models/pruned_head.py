@@ -106,7 +106,7 @@ class PrunedHeadDraft:
     _, cache = self.model.start(batch, capacity)
     network = self.model.network
     if isinstance(self.model, LlamaModel):
-      variables, decode_features = {'params': self.model.params}, LlamaNetwork.decode_features
+      variables, decode_features = self.model.variables(), LlamaNetwork.decode_features
     else:
       variables, decode_features = self.model.variables(), Transformer.decode_features
 
