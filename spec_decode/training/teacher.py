@@ -1,0 +1,159 @@
+"""The target's own outputs with its next-token distributions: training data for a draft.
+
+`generate_chunk` decodes a batch of prompts with a decoder-only target (a
+LlamaModel, say) in one compiled scan and keeps, at every generated position,
+the token chosen and the target's top-k log-probabilities at temperature 1.
+A row decodes greedily (temperature 0) or samples at temperature 1, as its
+`temperature` says: the prefixes the draft will meet at both temperatures
+(on-policy for the target). A draft then learns the target's whole
+distribution there (white-box, `spec_decode.training.llama_draft`), where
+the top-k hold nearly all of its mass.
+
+  chunk = generate_chunk(target, prompts, lengths, temperature, rng, steps=128, top_k=32)
+  save_chunk(folder / 'chunk_00000.npz', chunk)
+"""
+
+import functools
+import os
+import pathlib
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_decode.models import protocol
+
+
+class Chunk(NamedTuple):
+  """A batch of prompts and the target's continuations (numpy arrays).
+
+  Attributes:
+    prompt: [B, P] int32 prompts, left-aligned, 0 past `prompt_length`.
+    prompt_length: [B] int32.
+    temperature: [B] float32, 0 (greedy) or 1.
+    tokens: [B, S] int32 the generated tokens.
+    length: [B] int32 tokens that count: up to and with the first EOS, else S.
+    top_ids: [B, S, k] int32 the target's k most likely next tokens at each step.
+    top_logp: [B, S, k] float16 their log-probabilities (temperature 1).
+  """
+
+  prompt: np.ndarray
+  prompt_length: np.ndarray
+  temperature: np.ndarray
+  tokens: np.ndarray
+  length: np.ndarray
+  top_ids: np.ndarray
+  top_logp: np.ndarray
+
+
+@functools.partial(jax.jit, static_argnames=('steps', 'top_k'))
+def _scan(target, prompt, prompt_length, temperature, rng, *, steps: int, top_k: int):
+  step_fn, cache = target.start(protocol.Batch.of(target, prompt, prompt_length), steps)
+  rows = prompt.shape[0]
+
+  def body(carry, key):
+    cache, token = carry
+    logits, cache = step_fn(token[:, None], cache)
+    logp = jax.nn.log_softmax(logits[:, 0])  # [B, V]
+    top_logp, top_ids = jax.lax.top_k(logp, top_k)
+    sampled = jax.random.categorical(key, logp)
+    token = jnp.where(temperature > 0, sampled, top_ids[:, 0]).astype(jnp.int32)
+    return (cache, token), (token, top_ids, top_logp.astype(jnp.float16))
+
+  keys = jax.random.split(rng, steps)
+  _, (tokens, top_ids, top_logp) = jax.lax.scan(body, (cache, jnp.zeros(rows, jnp.int32)), keys)
+  return tokens.T, top_ids.transpose(1, 0, 2), top_logp.transpose(1, 0, 2)
+
+
+def generate_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray,
+                   temperature: np.ndarray, rng: jax.Array, *, steps: int, top_k: int,
+                   eos_id: int) -> Chunk:
+  """The target's continuations of `prompt` and its top-k distributions.
+
+  Args:
+    target: a decoder-only model (reads a prompt: spec_decode.models.protocol).
+    prompt: [B, P] int32 prompts, left-aligned.
+    prompt_length: [B] int32 in 1..P.
+    temperature: [B] 0 (greedy) or 1 (sampling) per row.
+    rng: a PRNG key.
+    steps: static tokens generated per row.
+    top_k: static log-probabilities kept per position.
+    eos_id: the id that ends a row (`length` stops with it; the scan goes on).
+  """
+  temperature = np.asarray(temperature, np.float32)
+  if not np.all((temperature == 0) | (temperature == 1)):
+    raise ValueError(f'temperature must be 0 or 1 per row, got {sorted(set(temperature))}')
+  tokens, top_ids, top_logp = jax.device_get(_scan(
+      target, jnp.asarray(prompt, jnp.int32), jnp.asarray(prompt_length, jnp.int32),
+      jnp.asarray(temperature), rng, steps=steps, top_k=top_k))
+  ended = tokens == eos_id
+  length = np.where(ended.any(1), ended.argmax(1) + 1, steps).astype(np.int32)
+  return Chunk(np.asarray(prompt, np.int32), np.asarray(prompt_length, np.int32), temperature,
+               tokens, length, top_ids, top_logp)
+
+
+def score_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray, tokens: np.ndarray,
+                length: np.ndarray, *, top_k: int) -> Chunk:
+  """The target's top-k distributions along given continuations (teacher forcing; T = 1 rows).
+
+  Args:
+    target: a LlamaModel (its full-sequence path).
+    prompt: [B, P] int32 prompts, left-aligned; prompt_length: [B].
+    tokens: [B, S] int32 continuations (e.g. human answers, EOS after); length: [B] in 1..S.
+    top_k: log-probabilities kept per position.
+  """
+  rows, steps = tokens.shape
+  sequences = np.zeros((rows, prompt.shape[1] + steps), np.int32)
+  for r in range(rows):
+    n = prompt_length[r]
+    sequences[r, :n] = prompt[r, :n]
+    sequences[r, n:n + steps] = tokens[r]
+  top_ids, top_logp = jax.device_get(_top_k_along(target, jnp.asarray(sequences),
+                                                  jnp.asarray(prompt_length, jnp.int32),
+                                                  steps=steps, top_k=top_k))
+  return Chunk(np.asarray(prompt, np.int32), np.asarray(prompt_length, np.int32),
+               np.ones(rows, np.float32), np.asarray(tokens, np.int32),
+               np.asarray(length, np.int32), top_ids, top_logp)
+
+
+@functools.partial(jax.jit, static_argnames=('steps', 'top_k'))
+def _top_k_along(target, sequences, prompt_length, *, steps: int, top_k: int):
+  logits = target.network.apply({'params': target.params}, sequences)  # [B, W, V]
+  where = prompt_length[:, None] - 1 + jnp.arange(steps)  # [B, S]: the positions before each token
+  logits = jnp.take_along_axis(logits, where[:, :, None], axis=1)
+  top_logp, top_ids = jax.lax.top_k(jax.nn.log_softmax(logits), top_k)
+  return top_ids, top_logp.astype(jnp.float16)
+
+
+def save_chunk(path: str | os.PathLike, chunk: Chunk) -> None:
+  """Writes `chunk` as an .npz, atomically (a partial file never has the final name)."""
+  path = pathlib.Path(path)
+  partial = path.with_name(path.name + '.partial')
+  with open(partial, 'wb') as f:
+    np.savez(f, **chunk._asdict())
+  os.replace(partial, path)
+
+
+def concatenate(chunks: list[Chunk]) -> Chunk:
+  """Chunks along the batch, prompts and continuations padded to the widest."""
+  prompt = max(c.prompt.shape[1] for c in chunks)
+  steps = max(c.tokens.shape[1] for c in chunks)
+  k = min(c.top_ids.shape[2] for c in chunks)
+  pad = lambda x, width: np.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+  chunks = [c._replace(prompt=pad(c.prompt, prompt), tokens=pad(c.tokens, steps),
+                       top_ids=pad(c.top_ids[..., :k], steps),
+                       top_logp=pad(c.top_logp[..., :k], steps)) for c in chunks]
+  return Chunk(*(np.concatenate(parts) for parts in zip(*chunks)))
+
+
+def load_chunks(folder: str | os.PathLike) -> Chunk:
+  """Every chunk_*.npz of `folder`, in name order, concatenated (`concatenate`).
+
+  Raises:
+    FileNotFoundError: no chunk in the folder.
+  """
+  files = sorted(pathlib.Path(folder).glob('chunk_*.npz'))
+  if not files:
+    raise FileNotFoundError(f'no chunk_*.npz in {folder}: generate the teacher data first')
+  return concatenate([Chunk(**dict(np.load(f))) for f in files])
