@@ -12,6 +12,7 @@ bfloat16 T5X checkpoints under spec_decode/data/models/:
 slower than float32 on CPUs without native bf16).
 
   python -m spec_decode.demo            # the short Table 2 on this machine
+  python -m spec_decode.demo --pair smollm2   # a real pretrained target (harness.smollm2_demo)
 
 measures c, c_first and r(K), alpha at temperature 0 and 1 (and at 1 with
 top_k 40 and with top_p 0.9, where the draft samples at the temperature alone
@@ -110,8 +111,20 @@ def load_draft(name: str, task: str = 'demo_ende', head_size: int = 0):
   return loading.pruned_head(load(name), task, head_size) if head_size else load(name)
 
 
+PAIRS = ('bundled', 'smollm2')
+
+
 def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
+  chooser = argparse.ArgumentParser(add_help=False)
+  chooser.add_argument('--pair', choices=PAIRS, default='bundled')
+  if chooser.parse_known_args(argv)[0].pair == 'smollm2':
+    from spec_decode.harness import smollm2_demo  # pylint: disable=g-import-not-at-top
+    return smollm2_demo.main(argv)
   parser = argparse.ArgumentParser(description='The short Table 2 on the bundled demo pair.')
+  parser.add_argument('--pair', choices=PAIRS, default='bundled',
+                      help='smollm2: SmolLM2-135M-Instruct and its trained draft '
+                           '(spec_decode.harness.smollm2_demo; its own options)')
   parser.add_argument('--draft', default='draft_small', choices=['draft_small', 'draft_large'],
                       help='draft_small is the faster pair on CPUs (see the README)')
   parser.add_argument('--head_size', type=int, default=4096,
@@ -141,7 +154,7 @@ def main(argv=None) -> int:
   notes = (f'Bundled demo pair, demo_ende/test_multi30k, first {args.n} sentences, batch 1 '
            f'(each input padded to the smallest of {bucket}, {2 * bucket}, {4 * bucket}, ... '
            f'tokens that holds it), median of {args.repeats} runs.\n\n`python -m spec_decode.demo '
-           f'{" ".join(sys.argv[1:] if argv is None else argv)}`')
+           f'{" ".join(argv)}`')
   paths = report.write_report(args.out_dir, title='Walltime on the bundled demo pair',
                               alpha_rows=alpha_rows, walltime_rows=walltime_rows, timing=timing,
                               notes=notes)

@@ -1,0 +1,200 @@
+"""Walltime of a real decoder-only pair at batch 1: costs, alpha, ours and peers, one run.
+
+`run_pair` times, for each prompt in turn, our baseline and our speculative
+decoding at each temperature (and, where given, peers: transformers' greedy
+and assisted generation) back to back, so that a shared machine's drift
+moves all of them alike. Before and after the prompts it times the step
+costs of eq. (5) (`step_ms`: the target's step, r(K), the draft's c); alpha
+is measured on the baseline's own outputs (`alpha_lib.measure_alpha`);
+gamma is eq. (5)'s best at the first costs and a quick alpha.
+
+  rows, costs = run_pair(target, draft, prompts, lengths, settings)
+"""
+
+import dataclasses
+import functools
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spec_decode import sampling as sampling_lib
+from spec_decode import theory
+from spec_decode.harness import progress
+from spec_decode.harness import timing
+from spec_decode.models import alpha as alpha_lib
+from spec_decode.models import front_ends
+from spec_decode.models import protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSettings:
+  """What `run_pair` measures.
+
+  Attributes:
+    max_new_tokens: tokens per prompt at most (EOS stops a row earlier).
+    temperatures: 0 (greedy) and/or 1 (plain sampling).
+    gamma_max: gammas 1..gamma_max are weighed by eq. (5).
+    gamma: a fixed gamma, or 0: eq. (5)'s best.
+    seed: the PRNG seed of sampling (prompt i uses seed + i).
+  """
+
+  max_new_tokens: int = 128
+  temperatures: tuple[float, ...] = (0.0, 1.0)
+  gamma_max: int = 8
+  gamma: int = 0
+  seed: int = 0
+
+
+def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3) -> float:
+  """Milliseconds of one step of `model` over k positions behind a prompt.
+
+  Each step feeds the argmax of the last one back (its logits are used, as in
+  decoding). Two compiled loops of `steps` and 2 `steps` steps from the same
+  start are timed alternately; the step is their difference over `steps`
+  (the prefill cancels), the median of `repeats` rounds, floored at 1 us
+  (a tiny model's steps drown in noise).
+  """
+  batch = protocol.Batch.of(model, jnp.ones((1, prompt_length), jnp.int32),
+                            jnp.array([prompt_length], jnp.int32))
+  capacity = 2 * steps * k + 1
+
+  @functools.partial(jax.jit, static_argnums=1)
+  def loop(model, n: int):
+    step_fn, cache = model.start(batch, capacity)
+
+    def body(_, carry):
+      cache, tokens = carry
+      logits, cache = step_fn(tokens, cache)
+      return cache, jnp.broadcast_to(jnp.argmax(logits[:, -1:], -1), tokens.shape).astype(jnp.int32)
+
+    return jax.lax.fori_loop(0, n, body, (cache, jnp.ones((1, k), jnp.int32)))
+
+  jax.block_until_ready((loop(model, steps), loop(model, 2 * steps)))
+  differences = []
+  for _ in range(repeats):
+    short, _ = timing.median_time(lambda: loop(model, steps), 1)
+    long, _ = timing.median_time(lambda: loop(model, 2 * steps), 1)
+    differences.append((long - short) / steps)
+  return max(float(np.median(differences)) * 1e3, 1e-3)
+
+
+def costs(target: Any, draft: Any, prompt_length: int, k_max: int) -> dict[str, Any]:
+  """The target's step ms, r(1..k_max) (a non-decreasing fit) and the draft's c."""
+  target_ms = [step_ms(target, prompt_length, k, steps=8) for k in range(1, k_max + 1)]
+  draft_ms = step_ms(draft, prompt_length, 1, steps=64)
+  r = timing.nondecreasing_fit(np.array(target_ms) / target_ms[0])
+  return {'target_ms': target_ms[0], 'r': [float(x) for x in r], 'draft_ms': draft_ms,
+          'c': draft_ms / target_ms[0]}
+
+
+def _sampling(temperature: float) -> sampling_lib.SamplingParams | None:
+  return None if temperature == 0 else sampling_lib.SamplingParams.create(temperature)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+  start = time.perf_counter()
+  out = jax.block_until_ready(fn())
+  return time.perf_counter() - start, out
+
+
+def alpha_on(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
+             outputs: Sequence[np.ndarray], temperature: float) -> alpha_lib.AlphaStats:
+  """alpha of `draft` on the target's `outputs` (one [n] array per prompt)."""
+  width = max(len(o) for o in outputs)
+  tokens = np.zeros((len(outputs), width), np.int32)
+  for i, o in enumerate(outputs):
+    tokens[i, :len(o)] = o
+  return alpha_lib.measure_alpha(target, draft, prompts, tokens,
+                                 np.array([len(o) for o in outputs]),
+                                 sampling=sampling_lib.SamplingParams.create(temperature),
+                                 lengths=lengths, batch_size=4)
+
+
+def run_pair(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
+             settings: PairSettings,
+             peers: dict[str, Callable[[np.ndarray, int], tuple[float, Any]]] | None = None,
+             show: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+  """Times the pair (and greedy peers) prompt by prompt; one row per temperature.
+
+  Args:
+    target, draft: decoder-only models (protocol.PROMPT readers).
+    prompts: [N, P] int32 prompts, left-aligned; lengths: [N].
+    settings: PairSettings.
+    peers: name -> fn(prompt ids [n], gamma) -> (seconds, generated ids): run
+      at temperature 0 after ours on each prompt.
+    show: progress bars.
+
+  Returns:
+    rows (one per temperature: gamma, alpha, tokens per call, ms per token of
+    each, measured and predicted speedup, greedy identity, peers' ms per
+    token and identity) and the costs measured before and after (their
+    means predict: eq. (5) with r(gamma + 1)).
+  """
+  n, peers = prompts.shape[0], peers or {}
+  before = costs(target, draft, int(np.median(lengths)), settings.gamma_max + 1)
+  rows = []
+  for temperature in settings.temperatures:
+    sampling = _sampling(temperature)
+    base = functools.partial(front_ends.generate, target, max_decode_len=settings.max_new_tokens,
+                             sampling=sampling)
+    quick = [np.asarray(base(jnp.asarray(prompts[i:i + 1]), settings.seed + i,
+                             lengths=jnp.asarray(lengths[i:i + 1])).tokens[0])
+             for i in range(min(2, n))]
+    quick_alpha = alpha_on(target, draft, prompts[:len(quick)], lengths[:len(quick)],
+                           [q for q in quick], temperature).alpha
+    gamma = settings.gamma or int(theory.best_gamma(
+        quick_alpha, before['c'], settings.gamma_max, verify_cost=np.array(before['r']))[0])
+    spec = functools.partial(front_ends.speculative_generate, target, draft, gamma=gamma,
+                             max_decode_len=settings.max_new_tokens, sampling=sampling)
+    record = {name: [] for name in ('baseline_s', 'speculative_s', 'generated', 'spec_generated',
+                                    'target_calls', 'identical')}
+    peer_s = {name: [] for name in peers} if temperature == 0 else {}
+    peer_tokens = {name: 0 for name in peer_s}
+    peer_identical = {name: [] for name in peer_s}
+    outputs = []
+    for i in progress.bar(range(n), desc=f'T = {temperature:g}', disable=not show):
+      x, length = jnp.asarray(prompts[i:i + 1]), jnp.asarray(lengths[i:i + 1])
+      if i == 0:  # compile
+        jax.block_until_ready((base(x, 0, lengths=length), spec(x, 0, lengths=length)))
+      s, b = _timed(lambda: base(x, settings.seed + i, lengths=length))
+      s2, sp = _timed(lambda: spec(x, settings.seed + i, lengths=length))
+      ours = np.asarray(b.tokens[0, :int(b.lengths[0])])
+      outputs.append(ours)
+      record['baseline_s'].append(s)
+      record['speculative_s'].append(s2)
+      record['generated'].append(int(b.generated[0]))
+      record['spec_generated'].append(int(sp.generated[0]))
+      record['target_calls'].append(int(sp.target_calls[0]))
+      record['identical'].append(bool(np.array_equal(ours, np.asarray(
+          sp.tokens[0, :int(sp.lengths[0])]))))
+      for name, peer in peers.items() if peer_s else ():
+        seconds, ids = peer(prompts[i, :lengths[i]], gamma)
+        peer_s[name].append(seconds)
+        peer_tokens[name] += len(ids)
+        peer_identical[name].append(bool(np.array_equal(ours, np.asarray(ids))))
+    stats = alpha_on(target, draft, prompts, lengths, outputs, temperature)
+    baseline_ms = 1e3 * sum(record['baseline_s']) / sum(record['generated'])
+    spec_ms = 1e3 * sum(record['speculative_s']) / sum(record['spec_generated'])
+    row = {'temperature': temperature, 'gamma': gamma, 'alpha': stats.alpha,
+           'alpha_stderr': stats.stderr, 'prompts': n,
+           'tokens': sum(record['generated']),
+           'tokens_per_call': sum(record['spec_generated']) / sum(record['target_calls']),
+           'baseline_token_ms': baseline_ms, 'speculative_token_ms': spec_ms,
+           'measured_speedup': baseline_ms / spec_ms,
+           'greedy_identical': (sum(record['identical']) if temperature == 0 else None),
+           'per_prompt': record, 'outputs': [o.tolist() for o in outputs]}
+    for name in peer_s:
+      row[f'{name}_token_ms'] = 1e3 * sum(peer_s[name]) / peer_tokens[name]
+      row[f'{name}_identical'] = sum(peer_identical[name])
+    rows.append(row)
+  after = costs(target, draft, int(np.median(lengths)), settings.gamma_max + 1)
+  c = (before['c'] + after['c']) / 2
+  r = (np.array(before['r']) + np.array(after['r'])) / 2
+  for row in rows:
+    row['predicted_speedup'] = float(theory.walltime_improvement(row['alpha'], row['gamma'], c,
+                                                                 verify_cost=r))
+    row['c'], row['r_gamma_plus_1'] = c, float(r[row['gamma']])
+  return rows, {'before': before, 'after': after}
