@@ -9,11 +9,15 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from spec_decode import demo
 from spec_decode import kernels
+from spec_decode.harness import smollm2_demo as demo_module
+from spec_decode.llama import LlamaConfig
 from spec_decode.llama import convert
 from spec_decode.llama import draft as draft_lib
+from spec_decode.llama import hf
 from spec_decode.llama import prompts as prompts_lib
 from spec_decode.models import LlamaModel, generate, protocol, speculative_generate
 from spec_decode.training import llama_draft
@@ -179,3 +183,22 @@ def test_packed_panels_read_the_drafts_bfloat16_weights_and_give_the_same_logits
     logits = [m.start(batch, 8)[0](tokens, m.start(batch, 8)[1])[0]
               for m in (model, model.with_panels())]
     np.testing.assert_array_equal(np.asarray(logits[0]), np.asarray(logits[1]))
+
+
+def test_the_bundled_draft_fits_smollm2_and_stays_small():
+  folder = demo_module.DRAFT_DIR
+  config = LlamaConfig.from_hf(str(folder))
+  assert (config.hidden_size, config.vocab_size, config.num_hidden_layers) == (576, 49152, 2)
+  assert config.tie_word_embeddings and config.eos_token_ids == (2,)
+  tensors = safetensors.numpy.load_file(str(folder / draft_lib.WEIGHTS_FILE))
+  names = hf.hf_names(config)
+  shapes = hf.expected_shapes(config)
+  assert set(tensors) == {names[k] for k in shapes if k != draft_lib.EMBEDDING}
+  for name, shape in shapes.items():
+    if name != draft_lib.EMBEDDING:
+      stored = tensors[names[name]].shape
+      assert (stored[::-1] if name.endswith('/kernel') else stored) == shape, name
+  ids = json.loads((folder / draft_lib.IDS_FILE).read_text())
+  assert len(ids) == 8192 and ids == sorted(set(ids)) and 2 in ids and ids[-1] < 49152
+  size = sum(f.stat().st_size for f in folder.iterdir())
+  assert size < 20e6, f'{size / 1e6:.1f} MB'

@@ -3,8 +3,9 @@
   python scripts/studies/llama_draft_cost.py --target DIR [--layers 1 2 3] [--heads 4096 8192 0]
 
 The draft of spec_decode.llama.draft: the target's width, its first L layers
-(random weights cost the same as trained ones), its tied output layer pruned
-to the first N ids (0: the whole vocabulary). Prints the target's step, r(K)
+(float32 here: a bfloat16 draft's packed layers read half the bytes), its
+tied output layer pruned to the first N ids (0: the whole vocabulary); both
+models packed as the front ends decode them (LlamaModel.with_panels). Prints the target's step, r(K)
 for K = 1..6 and each draft's step and c, all timed in one run
 (spec_decode.harness.real_pair.step_ms, batch 1, behind a 64-token prompt).
 """
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
   parser.add_argument('--layers', type=int, nargs='+', default=[1, 2, 3])
   parser.add_argument('--heads', type=int, nargs='+', default=[4096, 8192, 0])
   args = parser.parse_args(argv)
-  target = LlamaModel.load(args.target)
+  target = LlamaModel.load(args.target).with_panels()  # as the front ends decode it
   target_ms = [real_pair.step_ms(target, PROMPT, k, steps=8) for k in range(1, 7)]
   print(f'target step {target_ms[0]:.2f} ms; r(1..6) = '
         + ', '.join(f'{t / target_ms[0]:.2f}' for t in target_ms), flush=True)

@@ -82,7 +82,11 @@ def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3
 
 
 def costs(target: Any, draft: Any, prompt_length: int, k_max: int) -> dict[str, Any]:
-  """The target's step ms, r(1..k_max) (a non-decreasing fit) and the draft's c."""
+  """The target's step ms, r(1..k_max) (a non-decreasing fit) and the draft's c.
+
+  Both models are timed as the front ends decode them: packed (`with_panels`).
+  """
+  target, draft = (m.with_panels() if hasattr(m, 'with_panels') else m for m in (target, draft))
   target_ms = [step_ms(target, prompt_length, k, steps=8) for k in range(1, k_max + 1)]
   draft_ms = step_ms(draft, prompt_length, 1, steps=64)
   r = timing.nondecreasing_fit(np.array(target_ms) / target_ms[0])

@@ -20,6 +20,7 @@ import argparse
 import gzip
 import json
 import pathlib
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -158,8 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   (out / 'results.json').write_text(json.dumps(
       {'args': vars(args), 'rows': rows, 'costs': costs, 'table3': table,
        'texts': [tokenizer.decode(o) for o in rows[0]['outputs']]}, indent=1, default=float))
-  (out / 'report.md').write_text('# SmolLM2-135M-Instruct with its trained draft\n\n'
-                                 + '\n\n'.join(sections) + '\n')
+  command = 'python -m spec_decode.demo ' + ' '.join(sys.argv[1:] if argv is None else argv)
+  (out / 'report.md').write_text(
+      f'# SmolLM2-135M-Instruct with its trained draft\n\n`{command}`\n\n{args.n} held-out '
+      f'prompts, at most {args.max_new_tokens} new tokens, batch 1.\n\n'
+      + '\n\n'.join(sections) + '\n')
   print('\n\n'.join(sections))
   print(f'full report: {out / "report.md"}')
   return 0
