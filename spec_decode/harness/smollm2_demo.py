@@ -36,19 +36,13 @@ from spec_decode.models import drafts
 from spec_decode.models.llama import LlamaModel
 
 DRAFT_DIR = data.DATA_DIR / 'models' / 'smollm2_draft'
-PROMPT_MULTIPLE = 16  # the prompts are padded to one width, a multiple of this: one compile
 # Leviathan et al. 2023, Table 3, GPT-like (97M) target on LM1B: alpha at T = 0 and T = 1.
 PAPER_GPT_LIKE = {'draft': (0.88, 0.89), 'unigram': (0.03, 0.03), 'bigram': (0.05, 0.05)}
 
 
 def encode_prompts(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-  """[N, W] int32 left-aligned prompts (W the longest, rounded up to PROMPT_MULTIPLE), [N] lengths."""
-  ids = [tokenizer.encode(t) for t in texts]
-  width = -(-max(map(len, ids)) // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
-  prompts = np.zeros((len(ids), width), np.int32)
-  for i, row in enumerate(ids):
-    prompts[i, :len(row)] = row
-  return prompts, np.array([len(r) for r in ids], np.int32)
+  """[N, W] int32 left-aligned prompts and [N] lengths (`prompts.pad`)."""
+  return prompts_lib.pad([tokenizer.encode(t) for t in texts])
 
 
 def text_stream(tokenizer: Tokenizer, eos_id: int, limit: int = 4000) -> np.ndarray:

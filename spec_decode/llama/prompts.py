@@ -28,6 +28,20 @@ KINDS = ('package', 'story', 'scene')
 SYSTEM = 'You are a helpful AI assistant named SmolLM, trained by Hugging Face'
 
 
+def pad(ids: list[list[int]], multiple: int = 16,
+        width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """[N, W] int32 ids left-aligned and 0-padded, and [N] int32 lengths.
+
+  W is `width`, else the longest row rounded up to `multiple` (one width for
+  all rows: one compile per program).
+  """
+  width = width or -(-max(map(len, ids)) // multiple) * multiple
+  out = np.zeros((len(ids), width), np.int32)
+  for i, row in enumerate(ids):
+    out[i, :len(row)] = row
+  return out, np.array([len(r) for r in ids], np.int32)
+
+
 def chat(user: str) -> str:
   """`user`'s message in SmolLM2's chat template, the assistant's turn opened."""
   return (f'<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n'

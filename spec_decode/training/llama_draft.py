@@ -43,9 +43,6 @@ from spec_decode.llama.tokenizer import Tokenizer
 from spec_decode.models.llama import LlamaModel
 from spec_decode.training import teacher
 
-PROMPT_MULTIPLE = 16  # prompts are padded to the longest, rounded up to this: one compile
-
-
 def teacher_data(target_dir: str, out: str, *, num_prompts: int, steps: int, top_k: int,
                  batch: int, seed: int, chunks: tuple[int, int] | None = None) -> None:
   """Writes the target's continuations of `num_prompts` training prompts as chunks of `batch`.
@@ -58,20 +55,17 @@ def teacher_data(target_dir: str, out: str, *, num_prompts: int, steps: int, top
   out_dir = pathlib.Path(out)
   out_dir.mkdir(parents=True, exist_ok=True)
   tokenizer, target = Tokenizer(target_dir), LlamaModel.load(target_dir).with_panels()
-  ids = [tokenizer.encode(t) for t in prompts_lib.prompts('train', num_prompts, seed=seed)]
-  width = -(-max(map(len, ids)) // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
-  start, stop = chunks or (0, len(ids) // batch)
-  for c in tqdm.tqdm(range(start, min(stop, len(ids) // batch)), desc='teacher chunks'):
+  prompt, length = prompts_lib.pad(
+      [tokenizer.encode(t) for t in prompts_lib.prompts('train', num_prompts, seed=seed)])
+  start, stop = chunks or (0, len(prompt) // batch)
+  for c in tqdm.tqdm(range(start, min(stop, len(prompt) // batch)), desc='teacher chunks'):
     path = out_dir / f'chunk_{c:05d}.npz'
     if path.exists():
       continue
-    rows = ids[c * batch:(c + 1) * batch]
-    prompt = np.zeros((batch, width), np.int32)
-    for r, row in enumerate(rows):
-      prompt[r, :len(row)] = row
-    chunk = teacher.generate_chunk(target, prompt, np.array([len(r) for r in rows]),
-                                   np.arange(batch) % 2, jax.random.key(c), steps=steps,
-                                   top_k=top_k, eos_id=target.eos_id)
+    rows = slice(c * batch, (c + 1) * batch)
+    chunk = teacher.generate_chunk(target, prompt[rows], length[rows], np.arange(batch) % 2,
+                                   jax.random.key(c), steps=steps, top_k=top_k,
+                                   eos_id=target.eos_id)
     teacher.save_chunk(path, chunk)
 
 
@@ -85,21 +79,16 @@ def text_data(target_dir: str, out: str, *, num_texts: int, steps: int, top_k: i
   out_dir.mkdir(parents=True, exist_ok=True)
   tokenizer, target = Tokenizer(target_dir), LlamaModel.load(target_dir)
   items = prompts_lib.package_answers('train', num_texts, seed=seed)
-  prompt_ids = [tokenizer.encode(p) for p, _ in items]
-  answers = [tokenizer.encode(a)[:steps - 1] + [target.eos_id] for _, a in items]
-  width = -(-max(map(len, prompt_ids)) // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
+  prompt, prompt_length = prompts_lib.pad([tokenizer.encode(p) for p, _ in items])
+  tokens, length = prompts_lib.pad(
+      [tokenizer.encode(a)[:steps - 1] + [target.eos_id] for _, a in items], width=steps)
   for c in tqdm.tqdm(range(len(items) // batch), desc='teacher-forced chunks'):
     path = out_dir / f'chunk_{c:05d}.npz'
     if path.exists():
       continue
-    rows = range(c * batch, (c + 1) * batch)
-    prompt = np.zeros((batch, width), np.int32)
-    tokens = np.zeros((batch, steps), np.int32)
-    for r, i in enumerate(rows):
-      prompt[r, :len(prompt_ids[i])] = prompt_ids[i]
-      tokens[r, :len(answers[i])] = answers[i]
-    chunk = teacher.score_chunk(target, prompt, np.array([len(prompt_ids[i]) for i in rows]),
-                                tokens, np.array([len(answers[i]) for i in rows]), top_k=top_k)
+    rows = slice(c * batch, (c + 1) * batch)
+    chunk = teacher.score_chunk(target, prompt[rows], prompt_length[rows], tokens[rows],
+                                length[rows], top_k=top_k)
     teacher.save_chunk(path, chunk)
 
 
@@ -117,17 +106,6 @@ def head_ids(chunk: teacher.Chunk, size: int, vocab_size: int, eos_id: int) -> n
   if eos_id >= 0:
     mass[eos_id] = np.inf
   return np.sort(np.argsort(-mass, kind='stable')[:size]).astype(np.int32)  # ties: lowest first
-
-
-def sequences(chunk: teacher.Chunk) -> np.ndarray:
-  """[R, P + S] each row's prompt then its continuation, 0 after."""
-  rows, width = chunk.prompt.shape[0], chunk.prompt.shape[1] + chunk.tokens.shape[1]
-  seq = np.zeros((rows, width), np.int32)
-  for r in range(rows):
-    n = chunk.prompt_length[r]
-    seq[r, :n] = chunk.prompt[r, :n]
-    seq[r, n:n + chunk.tokens.shape[1]] = chunk.tokens[r]
-  return seq
 
 
 def _batch(chunk: teacher.Chunk, seq: np.ndarray, rows: np.ndarray,
@@ -207,7 +185,7 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
                    target.eos_id)
   lookup = np.full(target.vocab_size, -1, np.int32)
   lookup[ids] = np.arange(ids.size)
-  seq = sequences(chunk)
+  seq = teacher.sequences(chunk.prompt, chunk.prompt_length, chunk.tokens)
   config = draft_lib.draft_config(target.config, num_layers)
   network = LlamaNetwork(config)
   embedding = target.params['embed_tokens']['embedding']

@@ -93,6 +93,15 @@ def generate_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray,
                tokens, length, top_ids, top_logp)
 
 
+def sequences(prompt: np.ndarray, prompt_length: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+  """[B, P + S] int32: each row's prompt ([B, P], its first prompt_length [B]) then its tokens [B, S]."""
+  seq = np.zeros((prompt.shape[0], prompt.shape[1] + tokens.shape[1]), np.int32)
+  for r, n in enumerate(prompt_length):
+    seq[r, :n] = prompt[r, :n]
+    seq[r, n:n + tokens.shape[1]] = tokens[r]
+  return seq
+
+
 def score_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray, tokens: np.ndarray,
                 length: np.ndarray, *, top_k: int) -> Chunk:
   """The target's top-k distributions along given continuations (teacher forcing; T = 1 rows).
@@ -104,12 +113,8 @@ def score_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray, tokens: n
     top_k: log-probabilities kept per position.
   """
   rows, steps = tokens.shape
-  sequences = np.zeros((rows, prompt.shape[1] + steps), np.int32)
-  for r in range(rows):
-    n = prompt_length[r]
-    sequences[r, :n] = prompt[r, :n]
-    sequences[r, n:n + steps] = tokens[r]
-  top_ids, top_logp = jax.device_get(_top_k_along(target, jnp.asarray(sequences),
+  top_ids, top_logp = jax.device_get(_top_k_along(target, jnp.asarray(
+                                                      sequences(prompt, prompt_length, tokens)),
                                                   jnp.asarray(prompt_length, jnp.int32),
                                                   steps=steps, top_k=top_k))
   return Chunk(np.asarray(prompt, np.int32), np.asarray(prompt_length, np.int32),
