@@ -227,7 +227,7 @@ def speculative_decode(target_step_fn: StepFn, target_cache: cache_lib.Cache,
 def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
                 draft_step_fn: StepFn | None, draft_cache: cache_lib.Cache | None,
                 options: LoopOptions, knobs: Knobs, *, rng: jax.Array,
-                prompt: jax.Array | None = None) -> DecodeOutput:
+                prompt: jax.Array | None = None, feed=None) -> DecodeOutput:
   """Either loop by its LoopOptions: the baseline when options.gamma is 0.
 
   What `autoregressive_decode` and `speculative_decode` run, for front ends
@@ -240,6 +240,10 @@ def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
     options: the static options; gamma 0 exactly when there is no draft.
     knobs: the traced knobs (`Knobs.create`); the baseline reads `sampling`.
     rng, prompt: as `speculative_decode` takes them.
+    feed: None, or `feed(draft_cache, target_cache, begin [B], width) ->
+      draft_cache`, called after each verify call over loop positions
+      begin .. begin + width - 1: a draft that reads what the target computed
+      (models.feature_draft).
 
   Returns:
     DecodeOutput.
@@ -279,7 +283,7 @@ def decode_loop(target_step_fn: StepFn, target_cache: cache_lib.Cache,
       nonfinite=jnp.zeros((batch,), bool) if options.check_finite else None)
 
   if speculate:
-    body = _speculative_body(target_step_fn, draft_step_fn, options, knobs)
+    body = _speculative_body(target_step_fn, draft_step_fn, options, knobs, feed)
   else:
     body = _autoregressive_body(target_step_fn, options, knobs.sampling)
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state)
@@ -328,8 +332,8 @@ def _autoregressive_body(step_fn, options: LoopOptions, sampling: sampling_lib.S
   return body
 
 
-def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, knobs: Knobs):
-  """One speculative iteration: up to gamma draft calls, one verify call, accept."""
+def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, knobs: Knobs, feed):
+  """One speculative iteration: up to gamma draft calls, one verify call, accept (and feed)."""
   gamma, max_decode_len, eos_id = options.gamma, options.max_decode_len, options.eos_id
   threshold = knobs.confidence_threshold
 
@@ -367,6 +371,8 @@ def _speculative_body(target_step_fn, draft_step_fn, options: LoopOptions, knobs
     emit &= (jnp.cumsum(is_eos, axis=1) - is_eos) == 0  # nothing after the first EOS
     index = s.index + jnp.sum(emit, axis=1, dtype=jnp.int32)
     done = s.done | jnp.any(is_eos, axis=1) | (index >= max_decode_len)
+    if feed is not None:
+      draft_cache = feed(draft_cache, target_cache, s.index, gamma + 1)
 
     return s.replace(
         tokens=cache_lib.write(s.tokens, candidates, s.index + 1), index=index,

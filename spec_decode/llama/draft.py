@@ -8,11 +8,14 @@ speculative sampling stays exact). Its folder holds only what is its own:
 
   config.json        the draft's Hugging Face LlamaConfig (the target's but
                      num_hidden_layers), with `spec_decode_draft` naming the
-                     target's sizes and the head ids' file
-  model.safetensors  the layers and the final norm, HF names, bfloat16
+                     target's sizes and the head ids' file, and `reads`:
+                     'features' for a draft over the target's features
+  model.safetensors  the layers and the final norm, HF names, bfloat16 (and
+                     `fc.weight` [E, 2E] of a draft over features)
   head_ids.json      the N token ids the output layer scores, ascending
 
-  draft = load(folder, target)   # a PrunedHeadDraft over the target's embedding
+  draft = load(folder, target)   # a PrunedHeadDraft over the target's embedding,
+                                 # or a models.FeatureDraft
 """
 
 import json
@@ -27,11 +30,13 @@ import safetensors.numpy
 from spec_decode.checkpoints.param_trees import flatten, unflatten
 from spec_decode.llama import hf
 from spec_decode.llama.config import LlamaConfig
+from spec_decode.models.feature_draft import FeatureDraft
 from spec_decode.models.llama import LlamaModel
 from spec_decode.models.pruned_head import PrunedHeadDraft
 
 CONFIG_FILE, WEIGHTS_FILE, IDS_FILE = 'config.json', 'model.safetensors', 'head_ids.json'
 EMBEDDING = 'embed_tokens/embedding'
+FC = 'fc/kernel'  # a feature draft's input layer, [2E, E] (HF name fc.weight, EAGLE's)
 
 
 def draft_config(target: LlamaConfig, num_layers: int) -> LlamaConfig:
@@ -52,7 +57,7 @@ def save(folder: str | os.PathLike, config: LlamaConfig, own: dict[str, Any],
   """
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
-  names = hf.hf_names(config)
+  names = {**hf.hf_names(config), FC: 'fc.weight'}
   tensors = {}
   for name, x in flatten(jax.device_get(own)).items():
     x = np.asarray(x, np.float32)
@@ -62,14 +67,15 @@ def save(folder: str | os.PathLike, config: LlamaConfig, own: dict[str, Any],
                               str(folder / WEIGHTS_FILE))
   stored = {**hf_config, 'num_hidden_layers': config.num_hidden_layers, 'torch_dtype': 'bfloat16',
             'spec_decode_draft': {'embedding': 'the target\'s model.embed_tokens.weight',
-                                  'head_ids': IDS_FILE}}
+                                  'head_ids': IDS_FILE,
+                                  'reads': 'features' if 'fc' in own else 'tokens'}}
   stored.pop('quantization_config', None)
   (folder / CONFIG_FILE).write_text(json.dumps(stored, indent=2) + '\n')
   (folder / IDS_FILE).write_text(json.dumps([int(i) for i in np.sort(head_ids)]) + '\n')
 
 
-def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft:
-  """The draft in `folder` over `target`'s embedding, as a PrunedHeadDraft (float32).
+def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft | FeatureDraft:
+  """The draft in `folder` over `target`'s embedding (float32): a PrunedHeadDraft or a FeatureDraft.
 
   Raises:
     FileNotFoundError: a file of the folder is missing.
@@ -86,8 +92,13 @@ def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft:
     differ = sorted(k for k in config.__dict__ if getattr(config, k) != getattr(wanted, k))
     raise ValueError(f'{folder} is a draft for another target: {", ".join(differ)} differ '
                      "from the target's")
+  reads_features = json.loads((folder / CONFIG_FILE).read_text()).get(
+      'spec_decode_draft', {}).get('reads') == 'features'
   expected = {k: v for k, v in hf.expected_shapes(config).items() if k != EMBEDDING}
   names = hf.hf_names(config)
+  if reads_features:
+    expected[FC] = (2 * config.hidden_size, config.hidden_size)
+    names = {**names, FC: 'fc.weight'}
   tensors = safetensors.numpy.load_file(str(folder / WEIGHTS_FILE))
   theirs = {names[k]: k for k in expected}
   problems = [f'missing array {n}' for n in sorted(set(theirs) - set(tensors))]
@@ -103,7 +114,9 @@ def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft:
     flat[name] = np.ascontiguousarray(x)
   if problems:
     raise ValueError(f'{folder / WEIGHTS_FILE} does not fit its config:\n  ' + '\n  '.join(problems))
-  params = {**unflatten(jax.device_put(flat)), 'embed_tokens': target.params['embed_tokens']}
   ids = json.loads((folder / IDS_FILE).read_text())
+  if reads_features:
+    return FeatureDraft.create(config, unflatten(jax.device_put(flat)), target, np.asarray(ids))
+  params = {**unflatten(jax.device_put(flat)), 'embed_tokens': target.params['embed_tokens']}
   model = LlamaModel(config, params, target.tokenizer)
   return PrunedHeadDraft.create(model, np.asarray(ids))

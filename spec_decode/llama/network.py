@@ -190,23 +190,28 @@ class LlamaNetwork(nn.Module):
       [B, K, E] final (normed) features and the updated buffers (None
       without).
     """
-    steps = jnp.arange(tokens.shape[1])
+    return self.features_from(self.embed_tokens(tokens), buffers, index)
+
+  def features_from(self, y: jax.Array, buffers: tuple[KeyValue, ...] | None = None,
+                    index: jax.Array | None = None
+                    ) -> tuple[jax.Array, tuple[KeyValue, ...] | None]:
+    """`features` from inputs y [B, K, E] in place of the tokens' embeddings."""
+    steps = jnp.arange(y.shape[1])
     if buffers is None:
-      positions = jnp.broadcast_to(steps, tokens.shape)  # [B, K]
+      positions = jnp.broadcast_to(steps, y.shape[:2])  # [B, K]
       key_positions = steps  # [K]
     else:
       positions = index[:, None] + steps  # [B, K]
       key_positions = jnp.arange(buffers[0].key.shape[2])  # [T]
     bias = layers.mask_bias(key_positions[None, None, :] <= positions[:, :, None])  # [B, K, T]
-    y = self.embed_tokens(tokens)
     new_buffers = []
     for i, layer in enumerate(self.layers):
       y, kv = layer(y, positions, bias, None if buffers is None else buffers[i], index)
       new_buffers.append(kv)
     return self.norm(y), None if buffers is None else tuple(new_buffers)
 
-  def prefill(self, prompt_tokens: jax.Array, lengths: jax.Array,
-              capacity: int) -> cache_lib.Cache:
+  def prefill(self, prompt_tokens: jax.Array, lengths: jax.Array, capacity: int,
+              with_features: bool = False):
     """A cache holding every row's prompt but its last token.
 
     Args:
@@ -215,9 +220,12 @@ class LlamaNetwork(nn.Module):
       lengths: [B] int32 prompt lengths in 1..P.
       capacity: static loop positions the cache holds (Cache.capacity); the
         buffers hold P - 1 more.
+      with_features: static; also return the prompt's final (normed)
+        features [B, P - 1, E] at physical positions 0..P-2.
 
     Returns:
-      Cache at loop index 0, layers a cache.PromptState.
+      Cache at loop index 0, layers a cache.PromptState (after the features
+      with `with_features`).
     """
     cfg = self.config
     batch, width = prompt_tokens.shape
@@ -225,9 +233,12 @@ class LlamaNetwork(nn.Module):
     buffers = tuple(KeyValue(jnp.zeros(shape, cfg.compute_dtype),
                              jnp.zeros(shape, cfg.compute_dtype))
                     for _ in range(cfg.num_hidden_layers))
+    features = jnp.zeros((batch, 0, cfg.hidden_size), cfg.compute_dtype)
     if width > 1:
-      _, buffers = self.features(prompt_tokens[:, :-1], buffers, jnp.zeros((batch,), jnp.int32))
-    return cache_lib.prompt_cache(buffers, prompt_tokens, lengths, capacity)
+      features, buffers = self.features(prompt_tokens[:, :-1], buffers,
+                                        jnp.zeros((batch,), jnp.int32))
+    cache = cache_lib.prompt_cache(buffers, prompt_tokens, lengths, capacity)
+    return (features, cache) if with_features else cache
 
   def decode(self, tokens: jax.Array,
              cache: cache_lib.Cache) -> tuple[jax.Array, cache_lib.Cache]:

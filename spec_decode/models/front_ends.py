@@ -188,10 +188,15 @@ def decode(target: protocol.Model, draft: protocol.Model | None, batch: protocol
     decoding.DecodeOutput, tokens [B, options.max_decode_len].
   """
   capacity = decoding.cache_length(options.max_decode_len, options.gamma)
-  target_step_fn, target_cache = target.start(batch, capacity)
-  draft_step_fn, draft_cache = (None, None) if draft is None else draft.start(batch, capacity)
+  feed = None
+  if hasattr(draft, 'start_pair'):  # a draft over the target's features starts with it
+    (target_step_fn, target_cache), (draft_step_fn, draft_cache), feed = draft.start_pair(
+        target, batch, capacity)
+  else:
+    target_step_fn, target_cache = target.start(batch, capacity)
+    draft_step_fn, draft_cache = (None, None) if draft is None else draft.start(batch, capacity)
   return decoding.decode_loop(target_step_fn, target_cache, draft_step_fn, draft_cache, options,
-                              knobs, rng=rng, prompt=batch.prompt)
+                              knobs, rng=rng, prompt=batch.prompt, feed=feed)
 
 
 def run(target: protocol.Model, draft: protocol.Model | None, batch: protocol.Batch,

@@ -69,12 +69,7 @@ class PrunedHeadDraft:
     if not isinstance(model, (T5Model, LlamaModel)):
       raise TypeError(f'a PrunedHeadDraft wraps a T5Model or a LlamaModel, not a '
                       f'{type(model).__name__}')
-    ids = np.asarray(ids)
-    if (ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer)
-        or ids.min() < 0 or ids.max() >= model.vocab_size or np.unique(ids).size != ids.size):
-      raise ValueError(f'ids must be distinct token ids in [0, {model.vocab_size}), a non-empty '
-                       f'1-D integer array; got {ids.dtype} {ids.shape}')
-    ids = np.sort(ids).astype(np.int32)
+    ids = check_ids(ids, model.vocab_size)
     return cls(model, jnp.asarray(ids), _head_columns(model, ids)).with_panels()
 
   @property
@@ -112,20 +107,37 @@ class PrunedHeadDraft:
 
     def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
       features, cache = network.apply(variables, tokens, cache, method=decode_features)
-      features = features.astype(jnp.float32)
-      if self.head_panels is not None and kernels.panels_apply(features, self.head_panels,
-                                                               self.kernel):
-        scores = kernels.dense_panels(features, self.head_panels, self.kernel)  # [B, K, N]
-      else:
-        scores = jnp.einsum('bke,en->bkn', features, self.kernel)
-      logits = jnp.full(scores.shape[:2] + (self.vocab_size,), PRUNED_LOGIT, jnp.float32)
-      return logits.at[:, :, self.ids].set(scores, indices_are_sorted=True,
-                                           unique_indices=True), cache
+      scores = head_scores(features, self.kernel, self.head_panels)
+      return scatter_scores(scores, self.ids, self.vocab_size), cache
 
     return step_fn, cache
 
 
 PrunedHeadDraft.replace = replacing('kernel', 'head_panels')
+
+
+def check_ids(ids, vocab_size: int) -> np.ndarray:
+  """[N] int32 `ids` sorted; ValueError unless a non-empty 1-D set of ids in [0, vocab_size)."""
+  ids = np.asarray(ids)
+  if (ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer)
+      or ids.min() < 0 or ids.max() >= vocab_size or np.unique(ids).size != ids.size):
+    raise ValueError(f'ids must be distinct token ids in [0, {vocab_size}), a non-empty '
+                     f'1-D integer array; got {ids.dtype} {ids.shape}')
+  return np.sort(ids).astype(np.int32)
+
+
+def head_scores(features: jax.Array, kernel: jax.Array, panels: jax.Array | None) -> jax.Array:
+  """[B, K, N] float32 features [B, K, E] times the output columns [E, N] (packed where given)."""
+  features = features.astype(jnp.float32)
+  if panels is not None and kernels.panels_apply(features, panels, kernel):
+    return kernels.dense_panels(features, panels, kernel)
+  return jnp.einsum('bke,en->bkn', features, kernel)
+
+
+def scatter_scores(scores: jax.Array, ids: jax.Array, vocab_size: int) -> jax.Array:
+  """[B, K, V] float32 logits: `scores` [B, K, N] at the sorted `ids`, PRUNED_LOGIT elsewhere."""
+  logits = jnp.full(scores.shape[:2] + (vocab_size,), PRUNED_LOGIT, jnp.float32)
+  return logits.at[:, :, ids].set(scores, indices_are_sorted=True, unique_indices=True)
 
 
 def _head_columns(model: T5Model | LlamaModel, ids: np.ndarray) -> jax.Array:

@@ -129,12 +129,17 @@ class T5Model:
     return step_fn, cache
 
 
-def replacing(weights: str, packed: str):
-  """A `replace` (dataclasses.replace) for which new `weights` without new `packed` drop them."""
+def replacing(weights: str, packed: str, *more: str):
+  """A `replace` (dataclasses.replace) for which new `weights` without new `packed` drop them.
+
+  `more`: further (weights, packed) names, in pairs.
+  """
+  pairs = list(zip((weights, packed, *more)[::2], (weights, packed, *more)[1::2]))
 
   def replace(self, **updates):
-    if weights in updates and packed not in updates:
-      updates[packed] = None  # never stale panels
+    for w, p in pairs:
+      if w in updates and p not in updates:
+        updates[p] = None  # never stale panels
     return dataclasses.replace(self, **updates)
 
   return replace

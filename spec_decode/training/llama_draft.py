@@ -44,13 +44,15 @@ from spec_decode.models.llama import LlamaModel
 from spec_decode.training import teacher
 
 def teacher_data(target_dir: str, out: str, *, num_prompts: int, steps: int, top_k: int,
-                 batch: int, seed: int, chunks: tuple[int, int] | None = None) -> None:
+                 batch: int, seed: int, chunks: tuple[int, int] | None = None,
+                 features: bool = False) -> None:
   """Writes the target's continuations of `num_prompts` training prompts as chunks of `batch`.
 
   Resumable: chunks already in `out` are kept. Rows alternate greedy and T = 1;
   a last part of fewer than `batch` prompts is left out. `chunks` = (start,
   stop) writes those chunk indices alone (e.g. one range per core, in two
-  processes: XLA runs this loop on one).
+  processes: XLA runs this loop on one). `features`: keep the target's
+  features too (for a draft over them, spec_decode.llama.feature_draft).
   """
   out_dir = pathlib.Path(out)
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,7 @@ def teacher_data(target_dir: str, out: str, *, num_prompts: int, steps: int, top
     rows = slice(c * batch, (c + 1) * batch)
     chunk = teacher.generate_chunk(target, prompt[rows], length[rows], np.arange(batch) % 2,
                                    jax.random.key(c), steps=steps, top_k=top_k,
-                                   eos_id=target.eos_id)
+                                   eos_id=target.eos_id, features=features)
     teacher.save_chunk(path, chunk)
 
 
@@ -257,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   data.add_argument('--batch', type=int, default=32)
   data.add_argument('--seed', type=int, default=1)
   data.add_argument('--chunks', help='START:STOP, the chunk indices to write (default all)')
+  data.add_argument('--features', action='store_true', help="keep the target's features too")
   text = sub.add_parser('text', help="the target's distributions along human answers")
   text.add_argument('--target', required=True)
   text.add_argument('--out', required=True)
@@ -291,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   elif args.command == 'data':
     chunks = tuple(int(x) for x in args.chunks.split(':')) if args.chunks else None
     teacher_data(args.target, args.out, num_prompts=args.prompts, steps=args.steps,
-                 top_k=args.top_k, batch=args.batch, seed=args.seed, chunks=chunks)
+                 top_k=args.top_k, batch=args.batch, seed=args.seed, chunks=chunks,
+                 features=args.features)
   else:
     record = train(args.target, args.data, args.out, num_layers=args.layers, head_size=args.head,
                    steps=args.steps, batch_rows=args.batch_rows,

@@ -1,0 +1,226 @@
+"""A draft over a real Llama target's features, trained here (EAGLE's recipe, white-box).
+
+The draft (spec_decode.models.feature_draft) reads token x_t and the
+target's final feature f_{t-1} and estimates f_t; the target's tied output
+layer, pruned to the `head` ids it writes most, scores the estimate. It
+learns from the target's own continuations of training prompts with their
+features (`python -m spec_decode.training.llama_draft data --features`):
+
+  loss = SmoothL1(f^_t, f_t) + 0.1 * forward KL over the target's top-k
+
+as EAGLE weighs its feature and token losses (Li et al. 2024). A second pass
+feeds the draft its own estimates f^ in place of the target's features along
+each continuation (stop-gradient), as it meets them from its second draft
+step on; both passes' losses add. Only fc, the layers and the norm train;
+the layers start from the target's last ones, the norm from its final norm.
+
+  python -m spec_decode.training.llama_draft data --features --target DIR --out WORK/teacher
+  python -m spec_decode.training.feature_draft train --target DIR --data WORK/teacher \\
+      --out spec_decode/data/models/smollm2_feature_draft
+
+Every `eval_every` steps the log (OUT/log.jsonl) records on held-out rows
+(the last `val_rows`): alpha_t0, the share of greedy positions where the
+draft's top token is the target's with the target's features in (its first
+draft step), alpha_t0_own with its own estimates in (its later steps), and
+alpha_t1_lower, sum_x min(p, q) over the top-k on the sampled rows.
+"""
+
+import argparse
+import functools
+import json
+import pathlib
+import sys
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+
+from spec_decode.llama import draft as draft_lib
+from spec_decode.models.feature_draft import FeatureDraftNetwork
+from spec_decode.models.llama import LlamaModel
+from spec_decode.training import llama_draft
+from spec_decode.training import teacher
+
+TOKEN_LOSS_WEIGHT = 0.1  # EAGLE's weight of the token loss against the feature loss
+
+
+def _batch(chunk: teacher.Chunk, seq: np.ndarray, rows: np.ndarray,
+           lookup: np.ndarray) -> dict[str, np.ndarray]:
+  steps = chunk.tokens.shape[1]
+  n = chunk.prompt_length[rows]
+  width = seq.shape[1]
+  return {'seq': seq[rows], 'features': chunk.features[rows, :width],
+          'prompt_length': n,
+          'known': np.arange(width) < (n + chunk.length[rows] - 1)[:, None],  # f_t computed
+          'mask': np.arange(steps) < chunk.length[rows][:, None],
+          'teacher_idx': lookup[chunk.top_ids[rows]],
+          'teacher_p': np.exp(chunk.top_logp[rows].astype(np.float32)),
+          'greedy': chunk.temperature[rows] == 0}
+
+
+def _shift(features: jax.Array) -> jax.Array:
+  """[B, W, E]: the features before each position (zeros before the first)."""
+  return jnp.pad(features, ((0, 0), (1, 0), (0, 0)))[:, :-1]
+
+
+def _passes(own, frozen, batch, *, network):
+  """Both passes' estimates [2, B, W, E]: target's features in, then (along the continuation) its own."""
+  params = {**own, 'embed_tokens': {'embedding': frozen['embedding']}}
+  apply = lambda previous: network.apply({'params': params}, batch['seq'], previous)
+  true = batch['features'].astype(jnp.float32)
+  first = apply(_shift(true))
+  width = true.shape[1]
+  along = (jnp.arange(width)[None, :] >= batch['prompt_length'][:, None])[..., None]  # [B, W, 1]
+  second = apply(jnp.where(along, _shift(jax.lax.stop_gradient(first)), _shift(true)))
+  return jnp.stack([first, second]), true
+
+
+def _token_terms(estimate, frozen, batch):
+  """Per continuation position: log q over the head [B, S, N], teacher p [B, S, k], its index."""
+  steps = batch['teacher_idx'].shape[1]
+  where = batch['prompt_length'][:, None] - 1 + jnp.arange(steps)  # [B, S]
+  estimate = jnp.take_along_axis(estimate, where[:, :, None], axis=1)
+  log_q = jax.nn.log_softmax(estimate.astype(jnp.float32) @ frozen['head'], axis=-1)
+  idx = batch['teacher_idx']
+  p = jnp.where(idx >= 0, batch['teacher_p'], 0.0)
+  p = p / jnp.maximum(p.sum(-1, keepdims=True), 1e-9)
+  return log_q, p, jnp.maximum(idx, 0)
+
+
+def loss_fn(own, frozen, batch, *, network):
+  estimates, true = _passes(own, frozen, batch, network=network)
+  known, mask = batch['known'], batch['mask']
+  total = 0.0
+  for estimate in estimates:
+    feature = optax.huber_loss(estimate, true, delta=1.0).mean(-1)  # SmoothL1, [B, W]
+    log_q, p, idx = _token_terms(estimate, frozen, batch)
+    cross = -(p * jnp.take_along_axis(log_q, idx, axis=-1)).sum(-1)  # [B, S]
+    total += ((feature * known).sum() / jnp.maximum(known.sum(), 1)
+              + TOKEN_LOSS_WEIGHT * (cross * mask).sum() / jnp.maximum(mask.sum(), 1))
+  return total
+
+
+@functools.partial(jax.jit, static_argnames=('network', 'tx'))
+def train_step(own, opt_state, frozen, batch, *, network, tx):
+  loss, grads = jax.value_and_grad(loss_fn)(own, frozen, batch, network=network)
+  updates, opt_state = tx.update(grads, opt_state, own)
+  return optax.apply_updates(own, updates), opt_state, loss
+
+
+@functools.partial(jax.jit, static_argnames=('network',))
+def eval_step(own, frozen, batch, *, network):
+  """Sums: greedy matches (target's features in, own in), greedy positions, T = 1 overlap, positions."""
+  estimates, _ = _passes(own, frozen, batch, network=network)
+  mask, greedy = batch['mask'], batch['greedy'][:, None]
+  first = batch['teacher_idx'][..., 0]
+  target_top1 = jnp.where(first >= 0, frozen['ids'][jnp.maximum(first, 0)], -1)
+  sums = []
+  for estimate in estimates:
+    log_q, _, idx = _token_terms(estimate, frozen, batch)
+    sums.append(((frozen['ids'][jnp.argmax(log_q, -1)] == target_top1) * mask * greedy).sum())
+  log_q, _, idx = _token_terms(estimates[0], frozen, batch)
+  q = jnp.where(batch['teacher_idx'] >= 0, jnp.exp(jnp.take_along_axis(log_q, idx, -1)), 0.0)
+  overlap = jnp.minimum(q, batch['teacher_p']).sum(-1)
+  return (sums[0], sums[1], (mask * greedy).sum(), (overlap * mask * ~greedy).sum(),
+          (mask * ~greedy).sum())
+
+
+def initial_params(target: LlamaModel, network: FeatureDraftNetwork, seed: int) -> dict[str, Any]:
+  """fc at random (normal, 0.02), the layers from the target's last ones, the norm from its norm."""
+  cfg, layers = target.config, network.config.num_hidden_layers
+  fc = 0.02 * jax.random.normal(jax.random.key(seed), (2 * cfg.hidden_size, cfg.hidden_size))
+  own = {'fc': {'kernel': fc.astype(jnp.float32)}, 'norm': target.params['norm']}
+  for i in range(layers):
+    own[f'layers_{i}'] = target.params[f'layers_{cfg.num_hidden_layers - layers + i}']
+  return own
+
+
+def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_size: int,
+          steps: int, batch_rows: int, learning_rate: float, val_rows: int, eval_every: int,
+          seed: int) -> dict[str, float]:
+  """Distils a feature draft of `num_layers` layers and writes it to `out` (draft.save) with its log.
+
+  Raises:
+    ValueError: data without the target's features.
+  """
+  target = LlamaModel.load(target_dir)
+  chunk = teacher.load_chunks(data_dir)
+  if chunk.features is None:
+    raise ValueError(f'{data_dir} holds no features: generate it with `llama_draft data --features`')
+  rows = chunk.prompt.shape[0]
+  val = np.arange(rows - val_rows, rows)
+  train_rows = np.arange(rows - val_rows)
+  ids = llama_draft.head_ids(teacher.Chunk(*(None if a is None else a[train_rows] for a in chunk)),
+                             head_size, target.vocab_size, target.eos_id)
+  lookup = np.full(target.vocab_size, -1, np.int32)
+  lookup[ids] = np.arange(ids.size)
+  seq = teacher.sequences(chunk.prompt, chunk.prompt_length, chunk.tokens)
+  config = draft_lib.draft_config(target.config, num_layers)
+  network = FeatureDraftNetwork(config)
+  embedding = target.params['embed_tokens']['embedding']
+  frozen = {'embedding': embedding, 'head': embedding[ids].T, 'ids': jnp.asarray(ids)}
+  own = initial_params(target, network, seed)
+  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps)
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
+  opt_state = tx.init(own)
+  out_dir = pathlib.Path(out)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  log = open(out_dir / 'log.jsonl', 'w', encoding='utf-8')
+  rng, start = np.random.default_rng(seed), time.time()
+
+  def evaluate(step: int, loss: float) -> dict[str, float]:
+    sums = np.zeros(5)
+    for part in np.array_split(val, max(1, val.size // batch_rows)):
+      sums += np.asarray(jax.device_get(eval_step(own, frozen, _batch(chunk, seq, part, lookup),
+                                                  network=network)), np.float64)
+    entry = {'step': step, 'loss': loss, 'alpha_t0': sums[0] / max(sums[2], 1),
+             'alpha_t0_own': sums[1] / max(sums[2], 1),
+             'alpha_t1_lower': sums[3] / max(sums[4], 1), 'minutes': (time.time() - start) / 60}
+    log.write(json.dumps(entry) + '\n')
+    log.flush()
+    return entry
+
+  record = evaluate(0, float('nan'))
+  bar = tqdm.tqdm(range(1, steps + 1), desc='distilling')
+  for step in bar:
+    rows = rng.choice(train_rows, batch_rows, replace=False)
+    own, opt_state, loss = train_step(own, opt_state, frozen, _batch(chunk, seq, rows, lookup),
+                                      network=network, tx=tx)
+    if step % eval_every == 0 or step == steps:
+      record = evaluate(step, float(loss))
+      bar.set_postfix(alpha_t0=f'{record["alpha_t0"]:.3f}', own=f'{record["alpha_t0_own"]:.3f}')
+  log.close()
+  hf_config = json.loads((pathlib.Path(target_dir) / 'config.json').read_text())
+  draft_lib.save(out_dir, config, own, ids, hf_config)
+  return record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  sub = parser.add_subparsers(dest='command', required=True)
+  fit = sub.add_parser('train', help='distil the draft and write its folder')
+  fit.add_argument('--target', required=True)
+  fit.add_argument('--data', required=True, help='teacher data with features')
+  fit.add_argument('--out', required=True)
+  fit.add_argument('--layers', type=int, default=1)
+  fit.add_argument('--head', type=int, default=8192)
+  fit.add_argument('--steps', type=int, default=1500)
+  fit.add_argument('--batch_rows', type=int, default=8)
+  fit.add_argument('--learning_rate', type=float, default=5e-4)
+  fit.add_argument('--val_rows', type=int, default=64)
+  fit.add_argument('--eval_every', type=int, default=100)
+  fit.add_argument('--seed', type=int, default=0)
+  args = parser.parse_args(argv)
+  record = train(args.target, args.data, args.out, num_layers=args.layers, head_size=args.head,
+                 steps=args.steps, batch_rows=args.batch_rows, learning_rate=args.learning_rate,
+                 val_rows=args.val_rows, eval_every=args.eval_every, seed=args.seed)
+  print(json.dumps(record))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
