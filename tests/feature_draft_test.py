@@ -12,6 +12,7 @@ from spec_decode import sampling
 from spec_decode.llama import LlamaConfig
 from spec_decode.llama import draft as draft_lib
 from spec_decode.llama.network import LlamaNetwork
+from spec_decode.models import alpha as alpha_lib
 from spec_decode.models import front_ends
 from spec_decode.models import protocol
 from spec_decode.models.feature_draft import FeatureDraft, FeatureDraftNetwork
@@ -58,6 +59,7 @@ def _echo_draft(target) -> FeatureDraft:
   width = target.config.hidden_size
   own['fc']['kernel'] = jnp.concatenate([jnp.zeros((width, width)), jnp.eye(width)])
   own['norm'] = target.params['norm']  # uniform: the target's features pass through unchanged
+  own['feature_scale'] = jnp.ones((width,))
   own['layers_0']['input_layernorm'] = own['layers_0']['post_attention_layernorm'] = {
       'scale': jnp.ones((width,))}
   return FeatureDraft.create(draft_lib.draft_config(target.config, 1), own, target,
@@ -148,9 +150,8 @@ def test_the_folder_stores_its_own_weights_in_bfloat16_and_loads_as_a_feature_dr
   assert isinstance(loaded, FeatureDraft)
   np.testing.assert_array_equal(loaded.ids, np.arange(1, 8, 2))
   rounded = jax.tree.map(lambda x: np.asarray(x.astype(jnp.bfloat16), np.float32), own)
-  for name in ('fc', 'norm', 'layers_0'):
-    jax.tree.map(np.testing.assert_array_equal, {k: loaded.params[name][k] for k in own[name]},
-                 rounded[name])
+  assert set(own) == {'fc', 'feature_scale', 'layers_0', 'norm'}
+  jax.tree.map(np.testing.assert_array_equal, {k: loaded.params[k] for k in own}, rounded)
 
 
 def test_a_feature_draft_is_refused_where_it_cannot_read_its_target():
@@ -190,3 +191,26 @@ def test_teacher_features_are_the_targets_and_training_raises_agreement(tmp_path
   log = [json.loads(line) for line in open(tmp_path / 'draft' / 'log.jsonl')]
   assert record['alpha_t0'] > log[0]['alpha_t0'], log
   assert isinstance(draft_lib.load(tmp_path / 'draft', target), FeatureDraft)
+
+
+def test_decoding_reads_what_training_reads():
+  """The pair's teacher-forced logits (alpha's q) == the full-sequence network's over the target's features.
+
+  Training runs the draft over whole rows with the target's features shifted
+  by one (training.feature_draft); decoding prefills the prompt and steps
+  behind it: both give the same q at every loop position.
+  """
+  target = stubs.llama_model(TARGET, 0)
+  draft = _draft(target, 1, ids=np.arange(1, 8, 2), scale=5.0)
+  loop_tokens = np.array([[0, 4, 6, 1, 1, 3]])
+  for prompt, n in zip(PROMPTS, LENGTHS):
+    batch = protocol.Batch(jnp.asarray(prompt[None, :n]), jnp.asarray([n]), reads=target.reads)
+    _, q_logits = alpha_lib.pair_logits(target, draft, batch, jnp.asarray(loop_tokens))
+    row = np.concatenate([prompt[:n], loop_tokens[0, 1:]])[None]
+    features = target.network.apply({'params': target.params}, row,
+                                    method=LlamaNetwork.features)[0]
+    estimates = draft.network.apply({'params': draft.params}, row,
+                                    jnp.pad(features, ((0, 0), (1, 0), (0, 0)))[:, :-1])
+    expected = draft.logits(estimates)[0, n - 1:]
+    scale = float(jnp.abs(expected[expected > -1e29]).max())
+    np.testing.assert_allclose(q_logits[0], expected, rtol=1e-4, atol=1e-4 * scale)

@@ -20,6 +20,7 @@ from spec_decode.llama import draft as draft_lib
 from spec_decode.llama import hf
 from spec_decode.llama import prompts as prompts_lib
 from spec_decode.models import LlamaModel, generate, protocol, speculative_generate
+from spec_decode.training import feature_draft
 from spec_decode.training import llama_draft
 from spec_decode.training import teacher
 from tests import script_runner
@@ -128,6 +129,24 @@ def test_the_demo_times_ours_and_transformers_and_writes_its_report(pair, tmp_pa
   assert {(r['draft'], r['temperature']) for r in results['table3']} == {
       (d, t) for d in ('draft', 'unigram', 'bigram') for t in (0, 1)}
   assert (out / 'report.md').read_text().startswith('# SmolLM2')
+
+
+def test_the_demo_runs_a_draft_over_the_targets_features_beside_prompt_lookup(pair, tmp_path,
+                                                                             capsys):
+  """The features recipe (teacher data with features, distillation) and the demo with its draft."""
+  llama_draft.teacher_data(pair['target'], str(tmp_path / 'teacher'), num_prompts=8, steps=STEPS,
+                           top_k=4, batch=4, seed=1, features=True)
+  feature_draft.train(pair['target'], str(tmp_path / 'teacher'), str(tmp_path / 'draft'),
+                      num_layers=1, head_size=64, steps=4, batch_rows=2, learning_rate=1e-3,
+                      val_rows=2, eval_every=2, seed=0)
+  out = tmp_path / 'out'
+  assert demo.main(['--pair', 'smollm2', '--target', pair['target'], '--draft',
+                    str(tmp_path / 'draft'), '--n', '2', '--max_new_tokens', '6', '--gamma', '2',
+                    '--peer_threads', '1', '--no_table3', '--out_dir', str(out)]) == 0
+  assert '| hf_prompt_lookup_1t |' in capsys.readouterr().out
+  greedy, _ = json.loads((out / 'results.json').read_text())['rows']
+  assert greedy['greedy_identical'] == 2 and greedy['hf_prompt_lookup_1t_identical'] == 2
+  assert 0 <= greedy['alpha'] <= 1 and greedy['c'] > 0
 
 
 def test_the_draft_cost_study_times_each_draft_against_the_target(pair, capsys):

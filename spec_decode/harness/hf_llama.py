@@ -6,7 +6,9 @@ from the draft folder, its embedding the target's; transformers' draft scores
 the whole vocabulary, ours a pruned head), and returns the functions
 `real_pair.run_pair` times: greedy `generate`, and assisted generation
 (`assistant_model=`, a constant `gamma` draft tokens per call), each at 1 and
-2 PyTorch threads (on shared cores either can be the faster).
+2 PyTorch threads (on shared cores either can be the faster). A draft over
+the target's features (models.FeatureDraft) is no transformers model: its
+peer is transformers' prompt lookup (`prompt_lookup_num_tokens=gamma`).
 
 Needs the hf extra (torch, transformers).
 """
@@ -46,13 +48,17 @@ def peers(target_dir: str, draft_dir: str, max_new_tokens: int,
           threads: tuple[int, ...] = THREADS) -> dict[str, Callable[[np.ndarray, int], Any]]:
   """name -> fn(prompt ids [n], gamma) -> (seconds, generated ids incl. EOS), greedy.
 
-  Names: hf_greedy_{t}t and hf_assisted_{t}t for each thread count t.
+  Names: hf_greedy_{t}t and hf_assisted_{t}t (hf_prompt_lookup_{t}t for a
+  draft over features) for each thread count t.
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   target = transformers.LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-  draft = _draft_model(transformers, torch, target, pathlib.Path(draft_dir))
-  draft.generation_config.num_assistant_tokens_schedule = 'constant'
+  stored = json.loads((pathlib.Path(draft_dir) / draft_lib.CONFIG_FILE).read_text())
+  lookup = stored.get('spec_decode_draft', {}).get('reads') == 'features'
+  if not lookup:
+    draft = _draft_model(transformers, torch, target, pathlib.Path(draft_dir))
+    draft.generation_config.num_assistant_tokens_schedule = 'constant'
   common = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
                 eos_token_id=target.generation_config.eos_token_id,
                 pad_token_id=target.generation_config.pad_token_id)
@@ -61,7 +67,9 @@ def peers(target_dir: str, draft_dir: str, max_new_tokens: int,
     def run(ids: np.ndarray, gamma: int):
       torch.set_num_threads(threads_)
       kwargs = dict(common)
-      if assisted:
+      if assisted and lookup:
+        kwargs['prompt_lookup_num_tokens'] = gamma
+      elif assisted:
         draft.generation_config.num_assistant_tokens = gamma
         kwargs['assistant_model'] = draft
       x = torch.as_tensor(np.asarray(ids, np.int64)[None])
@@ -76,5 +84,6 @@ def peers(target_dir: str, draft_dir: str, max_new_tokens: int,
     run.warm = False
     return run
 
-  return {f'hf_{kind}_{t}t': make(t, kind == 'assisted')
-          for t in threads for kind in ('greedy', 'assisted')}
+  speculative = 'prompt_lookup' if lookup else 'assisted'
+  return {f'hf_{kind}_{t}t': make(t, kind == speculative)
+          for t in threads for kind in ('greedy', speculative)}

@@ -6,7 +6,9 @@ and assisted generation) back to back, so that a shared machine's drift
 moves all of them alike. Before and after the prompts it times the step
 costs of eq. (5) (`step_ms`: the target's step, r(K), the draft's c); alpha
 is measured on the baseline's own outputs (`alpha_lib.measure_alpha`);
-gamma is eq. (5)'s best at the first costs and a quick alpha.
+gamma is eq. (5)'s best at the first costs and a quick alpha. A second
+prediction times the loops whole (`loop_costs`): one speculative iteration
+in baseline tokens, in place of eq. (5)'s sum of parts.
 
   rows, costs = run_pair(target, draft, prompts, lengths, settings)
 """
@@ -48,22 +50,29 @@ class PairSettings:
   seed: int = 0
 
 
-def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3) -> float:
+def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3,
+            target: Any = None) -> float:
   """Milliseconds of one step of `model` over k positions behind a prompt.
 
   Each step feeds the argmax of the last one back (its logits are used, as in
   decoding). Two compiled loops of `steps` and 2 `steps` steps from the same
   start are timed alternately; the step is their difference over `steps`
   (the prefill cancels), the median of `repeats` rounds, floored at 1 us
-  (a tiny model's steps drown in noise).
+  (a tiny model's steps drown in noise). `target`: the target a draft over
+  its features (models.FeatureDraft) starts with; its step is the draft's in
+  that pair.
   """
   batch = protocol.Batch.of(model, jnp.ones((1, prompt_length), jnp.int32),
                             jnp.array([prompt_length], jnp.int32))
   capacity = 2 * steps * k + 1
 
   @functools.partial(jax.jit, static_argnums=1)
-  def loop(model, n: int):
-    step_fn, cache = model.start(batch, capacity)
+  def loop(models, n: int):
+    model, target = models
+    if target is None:
+      step_fn, cache = model.start(batch, capacity)
+    else:
+      step_fn, cache = model.start_pair(target, batch, capacity)[1]
 
     def body(_, carry):
       cache, tokens = carry
@@ -72,11 +81,12 @@ def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3
 
     return jax.lax.fori_loop(0, n, body, (cache, jnp.ones((1, k), jnp.int32)))
 
-  jax.block_until_ready((loop(model, steps), loop(model, 2 * steps)))
+  models = (model, target)
+  jax.block_until_ready((loop(models, steps), loop(models, 2 * steps)))
   differences = []
   for _ in range(repeats):
-    short, _ = timing.median_time(lambda: loop(model, steps), 1)
-    long, _ = timing.median_time(lambda: loop(model, 2 * steps), 1)
+    short, _ = timing.median_time(lambda: loop(models, steps), 1)
+    long, _ = timing.median_time(lambda: loop(models, 2 * steps), 1)
     differences.append((long - short) / steps)
   return max(float(np.median(differences)) * 1e3, 1e-3)
 
@@ -84,14 +94,64 @@ def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3
 def costs(target: Any, draft: Any, prompt_length: int, k_max: int) -> dict[str, Any]:
   """The target's step ms, r(1..k_max) (a non-decreasing fit) and the draft's c.
 
-  Both models are timed as the front ends decode them: packed (`with_panels`).
+  Both models are timed as the front ends decode them: packed (`with_panels`);
+  a draft over the target's features in its pair.
   """
   target, draft = (m.with_panels() if hasattr(m, 'with_panels') else m for m in (target, draft))
   target_ms = [step_ms(target, prompt_length, k, steps=8) for k in range(1, k_max + 1)]
-  draft_ms = step_ms(draft, prompt_length, 1, steps=64)
+  draft_ms = step_ms(draft, prompt_length, 1, steps=64,
+                     target=target if hasattr(draft, 'start_pair') else None)
   r = timing.nondecreasing_fit(np.array(target_ms) / target_ms[0])
   return {'target_ms': target_ms[0], 'r': [float(x) for x in r], 'draft_ms': draft_ms,
           'c': draft_ms / target_ms[0]}
+
+
+def loop_costs(target: Any, draft: Any, prompt: np.ndarray, gamma: int,
+               lengths: tuple[int, int] = (32, 96), repeats: int = 3) -> dict[str, float]:
+  """Seconds per baseline token and per speculative iteration, the loops timed whole.
+
+  Each loop decodes `prompt` ([n] ids) greedily to exactly L tokens (no EOS)
+  for both L of `lengths`; the cost of one more token (baseline) or one more
+  iteration (speculative: gamma draft calls, the verify call, the accept
+  step) is the difference of the two times over the difference of their
+  tokens or iterations (what starting costs cancels), the median of
+  `repeats` rounds. Everything the parts of eq. (5) leave out is in it: the
+  draft's first call after the target's (its weights evicted from the CPU's
+  caches), a feature draft's feed, the loop's own work.
+  """
+  x, n = jnp.asarray(prompt[None]), jnp.asarray([len(prompt)])
+  runs = {}
+  for length in lengths:
+    base = functools.partial(front_ends.generate, target, x, 0, lengths=n, max_decode_len=length,
+                             eos_id=-1)
+    spec = functools.partial(front_ends.speculative_generate, target, draft, x, 0, lengths=n,
+                             max_decode_len=length, gamma=gamma, eos_id=-1)
+    iterations = int(jax.block_until_ready(spec()).loop_target_calls)
+    jax.block_until_ready(base())
+    runs[length] = (base, spec, iterations)
+  token_s, iteration_s = [], []
+  (short_base, short_spec, short_it), (long_base, long_spec, long_it) = runs.values()
+  for _ in range(repeats):
+    times = [_timed(f)[0] for f in (short_base, long_base, short_spec, long_spec)]
+    token_s.append((times[1] - times[0]) / (lengths[1] - lengths[0]))
+    iteration_s.append((times[3] - times[2]) / max(long_it - short_it, 1))
+  return {'token_s': float(np.median(token_s)), 'iteration_s': float(np.median(iteration_s)),
+          'iterations': [short_it, long_it]}
+
+
+def alpha_from_tokens(tokens_per_call: float, gamma: int) -> float:
+  """The alpha whose expected tokens per iteration (eq. (1)) are `tokens_per_call` (bisection).
+
+  What the loop's acceptance amounted to, beside alpha measured by teacher
+  forcing (they differ where acceptance varies with the draft step, as a
+  draft over the target's features reads its own estimates from its second
+  step on; rows cut by EOS or the length limit lower it a little).
+  """
+  low, high = 0.0, 1.0
+  for _ in range(50):
+    mid = (low + high) / 2
+    low, high = (mid, high) if theory.expected_tokens(mid, gamma) < tokens_per_call else (low, mid)
+  return (low + high) / 2
 
 
 def _sampling(temperature: float) -> sampling_lib.SamplingParams | None:
@@ -197,8 +257,16 @@ def run_pair(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
   after = costs(target, draft, int(np.median(lengths)), settings.gamma_max + 1)
   c = (before['c'] + after['c']) / 2
   r = (np.array(before['r']) + np.array(after['r'])) / 2
+  whole = {}
   for row in rows:
     row['predicted_speedup'] = float(theory.walltime_improvement(row['alpha'], row['gamma'], c,
                                                                  verify_cost=r))
     row['c'], row['r_gamma_plus_1'] = c, float(r[row['gamma']])
-  return rows, {'before': before, 'after': after}
+    if row['gamma'] not in whole:
+      whole[row['gamma']] = loop_costs(target, draft, prompts[0, :lengths[0]], row['gamma'])
+    loop = whole[row['gamma']]
+    row['iteration_cost'] = loop['iteration_s'] / loop['token_s']  # in baseline tokens
+    row['predicted_whole'] = float(theory.walltime_improvement(
+        row['alpha'], row['gamma'], c, iteration_cost=row['iteration_cost']))
+    row['alpha_in_loop'] = alpha_from_tokens(row['tokens_per_call'], row['gamma'])
+  return rows, {'before': before, 'after': after, 'loops': whole}

@@ -83,7 +83,8 @@ CONSOLE_COLUMNS: tuple[report.Column, ...] = (
     ('ms/token: baseline', lambda r: f'{r["baseline_token_ms"]:.1f}'),
     ('speculative', lambda r: f'{r["speculative_token_ms"]:.1f}'),
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
-    ('predicted', lambda r: f'{r["predicted_speedup"]:.2f}X'),
+    ('predicted: parts', lambda r: f'{r["predicted_speedup"]:.2f}X'),
+    ('whole loops', lambda r: f'{r["predicted_whole"]:.2f}X'),
     ('greedy identical', lambda r: '-' if r['greedy_identical'] is None
      else f'{r["greedy_identical"]}/{r["prompts"]}'),
 )
@@ -96,7 +97,7 @@ def peer_table(row: dict[str, Any], names: Sequence[str]) -> str:
            f'| ours, speculative | {row["speculative_token_ms"]:.1f} | 1 | '
            f'{row["greedy_identical"]}/{row["prompts"]} |']
   for name in names:
-    ours = row['speculative_token_ms'] if 'assisted' in name else row['baseline_token_ms']
+    ours = row['speculative_token_ms'] if 'greedy' not in name else row['baseline_token_ms']
     lines.append(f'| {name} | {row[name + "_token_ms"]:.1f} | '
                  f'{ours / row[name + "_token_ms"]:.2f} | {row[name + "_identical"]}/'
                  f'{row["prompts"]} |')

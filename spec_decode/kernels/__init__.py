@@ -187,6 +187,11 @@ def exact_in_bfloat16(w: jax.Array | np.ndarray) -> bool:
   return bool(np.array_equal(w.astype(jnp.bfloat16).astype(w.dtype), w))
 
 
+def variables(params: Any, panels: Any) -> dict:
+  """A flax module's variables: {'params': params}, and PANELS where `panels` is not None."""
+  return {'params': params} if panels is None else {'params': params, PANELS: panels}
+
+
 def pack_weights(w: jax.Array | np.ndarray) -> jax.Array:
   """`pack` of concrete weights [in, out], on the host, onto the default device.
 

@@ -11,7 +11,7 @@ speculative sampling stays exact). Its folder holds only what is its own:
                      target's sizes and the head ids' file, and `reads`:
                      'features' for a draft over the target's features
   model.safetensors  the layers and the final norm, HF names, bfloat16 (and
-                     `fc.weight` [E, 2E] of a draft over features)
+                     `fc.weight` [E, 2E] and `feature_scale` [E] of a draft over features)
   head_ids.json      the N token ids the output layer scores, ascending
 
   draft = load(folder, target)   # a PrunedHeadDraft over the target's embedding,
@@ -36,7 +36,9 @@ from spec_decode.models.pruned_head import PrunedHeadDraft
 
 CONFIG_FILE, WEIGHTS_FILE, IDS_FILE = 'config.json', 'model.safetensors', 'head_ids.json'
 EMBEDDING = 'embed_tokens/embedding'
-FC = 'fc/kernel'  # a feature draft's input layer, [2E, E] (HF name fc.weight, EAGLE's)
+# A feature draft's input layer [2E, E] (HF name fc.weight, EAGLE's) and its feature scale [E].
+FC, FEATURE_SCALE = 'fc/kernel', 'feature_scale'
+FEATURE_NAMES = {FC: 'fc.weight', FEATURE_SCALE: 'feature_scale'}
 
 
 def draft_config(target: LlamaConfig, num_layers: int) -> LlamaConfig:
@@ -57,7 +59,7 @@ def save(folder: str | os.PathLike, config: LlamaConfig, own: dict[str, Any],
   """
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
-  names = {**hf.hf_names(config), FC: 'fc.weight'}
+  names = {**hf.hf_names(config), **FEATURE_NAMES}
   tensors = {}
   for name, x in flatten(jax.device_get(own)).items():
     x = np.asarray(x, np.float32)
@@ -98,7 +100,8 @@ def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft | Fea
   names = hf.hf_names(config)
   if reads_features:
     expected[FC] = (2 * config.hidden_size, config.hidden_size)
-    names = {**names, FC: 'fc.weight'}
+    expected[FEATURE_SCALE] = (config.hidden_size,)
+    names = {**names, **FEATURE_NAMES}
   tensors = safetensors.numpy.load_file(str(folder / WEIGHTS_FILE))
   theirs = {names[k]: k for k in expected}
   problems = [f'missing array {n}' for n in sorted(set(theirs) - set(tensors))]

@@ -7,18 +7,20 @@
   llama        LlamaModel: Hugging Face Llama checkpoints
   drafts       TableDraft (n-gram), PromptLookupDraft, UniformDraft: drafts with c ~ 0
   pruned_head  PrunedHeadDraft: a draft T5 or Llama model scoring only some tokens
+  feature_draft FeatureDraft: a draft over its Llama target's features (EAGLE)
   sharding     the same models over a device mesh
   alpha        alpha measured from the target's sequences (Table 3)
 """
 
 from spec_decode.models.decoder_only import DecoderOnlyModel
 from spec_decode.models.drafts import PromptLookupDraft, TableDraft, UniformDraft
+from spec_decode.models.feature_draft import FeatureDraft
 from spec_decode.models.front_ends import beam_generate, generate, speculative_generate
 from spec_decode.models.llama import LlamaModel
 from spec_decode.models.protocol import Batch, Model
 from spec_decode.models.pruned_head import PRUNED_LOGIT, PrunedHeadDraft
 from spec_decode.models.t5 import T5Model
 
-__all__ = ['Batch', 'DecoderOnlyModel', 'LlamaModel', 'Model', 'PRUNED_LOGIT', 'PromptLookupDraft',
+__all__ = ['Batch', 'DecoderOnlyModel', 'FeatureDraft', 'LlamaModel', 'Model', 'PRUNED_LOGIT', 'PromptLookupDraft',
            'PrunedHeadDraft', 'T5Model', 'TableDraft', 'UniformDraft', 'beam_generate', 'generate',
            'speculative_generate']

@@ -43,6 +43,24 @@ def teacher_forced_logits(model: protocol.Model, batch: protocol.Batch,
   return step_fn(decoder_input_tokens, cache)[0]
 
 
+def pair_logits(target: protocol.Model, draft: protocol.Model, batch: protocol.Batch,
+                decoder_input_tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Both models' [B, L, V] logits over [B, L] loop tokens, for a draft over the target's features.
+
+  The target's pass keeps its features at every position, the draft then
+  reads them all (models.feature_draft): its q where it drafts from the
+  target's features, its first draft step of an iteration.
+  """
+  length = decoder_input_tokens.shape[1]
+  (target_step, target_cache), (draft_step, draft_cache), _ = draft.start_pair(target, batch,
+                                                                               length)
+  target_logits, target_cache = target_step(decoder_input_tokens, target_cache)
+  state = draft_cache.layers
+  draft_cache = draft_cache.replace(layers=state.replace(buffers=state.buffers.replace(
+      features=target_cache.layers.buffers.features)))
+  return target_logits, draft_step(decoder_input_tokens, draft_cache)[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class AlphaStats:
   """alpha = E[beta] over the positions of target-generated sequences.
@@ -111,9 +129,13 @@ def betas(target: protocol.Model, draft: protocol.Model, batch: protocol.Batch,
     distributions of output token j + 1 given tokens 1..j.
   """
   inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))  # BOS (or the prompt's end), shifted right
-  p = sampling_lib.adjust(teacher_forced_logits(target, batch, inputs), sampling)
-  q = sampling_lib.adjust(teacher_forced_logits(draft, batch, inputs),
-                          sampling if draft_sampling is None else draft_sampling)
+  if hasattr(draft, 'start_pair'):
+    target_logits, draft_logits = pair_logits(target, draft, batch, inputs)
+  else:
+    target_logits = teacher_forced_logits(target, batch, inputs)
+    draft_logits = teacher_forced_logits(draft, batch, inputs)
+  p = sampling_lib.adjust(target_logits, sampling)
+  q = sampling_lib.adjust(draft_logits, sampling if draft_sampling is None else draft_sampling)
   return jnp.sum(jnp.minimum(p, q), axis=-1)
 
 

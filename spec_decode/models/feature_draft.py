@@ -4,7 +4,9 @@ EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking
 Feature Uncertainty") drafts from the target's own final features. At
 physical position t the draft reads token x_t and the target's feature
 f_{t-1} (its final, normed hidden state after x_{t-1}, what its output layer
-scores to predict x_t): `fc` maps [embedding(x_t), f_{t-1}] to width E, a
+scores to predict x_t): `fc` maps [embedding(x_t), s * f_{t-1}] to width E
+(s: `feature_scale`, per dimension, from 1 / the target's final norm scale: a
+unit-sized feature beside the embedding), a
 decoder layer or two of the target's shape and a norm give f^_t, an estimate
 of f_t, and the target's tied output layer, pruned to `ids`
 (models.pruned_head), scores it for x_{t+1}. Past what the target has read,
@@ -42,13 +44,18 @@ from spec_decode.t5 import layers
 
 
 class FeatureDraftNetwork(LlamaNetwork):
-  """LlamaNetwork's layers over `fc`([embedding, previous feature]); its parameters add fc/kernel [2E, E]."""
+  """LlamaNetwork's layers over fc([embedding, s * previous feature]).
+
+  Its parameters add fc/kernel [2E, E] and feature_scale [E] (s).
+  """
 
   def setup(self):
     super().setup()
     cfg = self.config
     self.fc = layers.Dense(cfg.hidden_size, kernel_init=jax.nn.initializers.normal(0.02),
                            dtype=cfg.compute_dtype, param_dtype=cfg.compute_dtype)
+    self.feature_scale = self.param('feature_scale', jax.nn.initializers.ones,
+                                    (cfg.hidden_size,), cfg.compute_dtype)
 
   def __call__(self, tokens: jax.Array, previous: jax.Array) -> jax.Array:
     """Full sequences (training): tokens [B, L], previous [B, L, E] -> f^ [B, L, E]."""
@@ -60,8 +67,8 @@ class FeatureDraftNetwork(LlamaNetwork):
 
     buffers / index: as LlamaNetwork.features (None: positions 0..K-1, no cache).
     """
-    y = jnp.concatenate([self.embed_tokens(tokens), previous.astype(self.config.compute_dtype)],
-                        axis=-1)
+    previous = previous.astype(self.config.compute_dtype) * self.feature_scale
+    y = jnp.concatenate([self.embed_tokens(tokens), previous], axis=-1)
     return self.features_from(self.fc(y), buffers, index)
 
 
@@ -209,12 +216,11 @@ class FeatureDraft:
                                       self.ids, self.vocab_size)
 
   def variables(self) -> dict:
-    if self.panels is None:
-      return {'params': self.params}
-    return {'params': self.params, kernels.PANELS: self.panels}
+    """The variables `network.apply` takes: params, and panels where there are some."""
+    return kernels.variables(self.params, self.panels)
 
 
-FeatureDraft.replace = replacing('params', 'kernel', 'panels', 'head_panels')
+FeatureDraft.replace = replacing('params', 'panels', 'kernel', 'head_panels')
 
 
 def feed(draft_cache: cache_lib.Cache, target_cache: cache_lib.Cache, begin: jax.Array,

@@ -67,9 +67,7 @@ class LlamaModel:
 
   def variables(self) -> dict:
     """The variables `network.apply` takes: params, and panels where there are some."""
-    if self.panels is None:
-      return {'params': self.params}
-    return {'params': self.params, kernels.PANELS: self.panels}
+    return kernels.variables(self.params, self.panels)
 
   @property
   def eos_id(self) -> int:

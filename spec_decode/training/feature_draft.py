@@ -6,9 +6,11 @@ layer, pruned to the `head` ids it writes most, scores the estimate. It
 learns from the target's own continuations of training prompts with their
 features (`python -m spec_decode.training.llama_draft data --features`):
 
-  loss = SmoothL1(f^_t, f_t) + 0.1 * forward KL over the target's top-k
+  loss = forward KL over the target's top-k + w * SmoothL1(f^_t, f_t)
 
-as EAGLE weighs its feature and token losses (Li et al. 2024). A second pass
+(EAGLE, Li et al. 2024, weighs the token loss 0.1 against the feature loss;
+with a few thousand rows and the draft started from one over tokens, the
+token loss must lead: w = 0.1 by default). A second pass
 feeds the draft its own estimates f^ in place of the target's features along
 each continuation (stop-gradient), as it meets them from its second draft
 step on; both passes' losses add. Only fc, the layers and the norm train;
@@ -30,14 +32,12 @@ import functools
 import json
 import pathlib
 import sys
-import time
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tqdm
 
 from spec_decode.llama import draft as draft_lib
 from spec_decode.models.feature_draft import FeatureDraftNetwork
@@ -45,7 +45,6 @@ from spec_decode.models.llama import LlamaModel
 from spec_decode.training import llama_draft
 from spec_decode.training import teacher
 
-TOKEN_LOSS_WEIGHT = 0.1  # EAGLE's weight of the token loss against the feature loss
 
 
 def _batch(chunk: teacher.Chunk, seq: np.ndarray, rows: np.ndarray,
@@ -91,7 +90,7 @@ def _token_terms(estimate, frozen, batch):
   return log_q, p, jnp.maximum(idx, 0)
 
 
-def loss_fn(own, frozen, batch, *, network):
+def loss_fn(own, frozen, batch, *, network, feature_weight):
   estimates, true = _passes(own, frozen, batch, network=network)
   known, mask = batch['known'], batch['mask']
   total = 0.0
@@ -99,14 +98,15 @@ def loss_fn(own, frozen, batch, *, network):
     feature = optax.huber_loss(estimate, true, delta=1.0).mean(-1)  # SmoothL1, [B, W]
     log_q, p, idx = _token_terms(estimate, frozen, batch)
     cross = -(p * jnp.take_along_axis(log_q, idx, axis=-1)).sum(-1)  # [B, S]
-    total += ((feature * known).sum() / jnp.maximum(known.sum(), 1)
-              + TOKEN_LOSS_WEIGHT * (cross * mask).sum() / jnp.maximum(mask.sum(), 1))
+    total += (feature_weight * (feature * known).sum() / jnp.maximum(known.sum(), 1)
+              + (cross * mask).sum() / jnp.maximum(mask.sum(), 1))
   return total
 
 
-@functools.partial(jax.jit, static_argnames=('network', 'tx'))
-def train_step(own, opt_state, frozen, batch, *, network, tx):
-  loss, grads = jax.value_and_grad(loss_fn)(own, frozen, batch, network=network)
+@functools.partial(jax.jit, static_argnames=('network', 'tx', 'feature_weight'))
+def train_step(own, opt_state, frozen, batch, *, network, tx, feature_weight):
+  loss, grads = jax.value_and_grad(loss_fn)(own, frozen, batch, network=network,
+                                            feature_weight=feature_weight)
   updates, opt_state = tx.update(grads, opt_state, own)
   return optax.apply_updates(own, updates), opt_state, loss
 
@@ -129,11 +129,28 @@ def eval_step(own, frozen, batch, *, network):
           (mask * ~greedy).sum())
 
 
-def initial_params(target: LlamaModel, network: FeatureDraftNetwork, seed: int) -> dict[str, Any]:
-  """fc at random (normal, 0.02), the layers from the target's last ones, the norm from its norm."""
+def initial_params(target: LlamaModel, network: FeatureDraftNetwork, seed: int,
+                   init: Any = None) -> dict[str, Any]:
+  """The parameters training starts from.
+
+  The feature scale s is 1 / the target's final norm scale (unit-sized
+  features). From scratch: fc at random (normal, 0.02), the layers from the
+  target's last ones, the norm from its norm. From `init`, a draft over tokens alone
+  (a PrunedHeadDraft of spec_decode.llama.draft): its layers and norm, and fc
+  [I; 0], which passes the token's embedding and none of the feature: the
+  same draft to begin with, which then learns to read the target's features.
+  """
   cfg, layers = target.config, network.config.num_hidden_layers
-  fc = 0.02 * jax.random.normal(jax.random.key(seed), (2 * cfg.hidden_size, cfg.hidden_size))
-  own = {'fc': {'kernel': fc.astype(jnp.float32)}, 'norm': target.params['norm']}
+  width = cfg.hidden_size
+  norm_scale = np.asarray(target.params['norm']['scale'], np.float32)
+  scale = jnp.asarray(np.where(np.abs(norm_scale) > 1e-6, 1 / norm_scale, 0.0), jnp.float32)
+  if init is not None:
+    fc = jnp.concatenate([jnp.eye(width), jnp.zeros((width, width))])
+    own = {'fc': {'kernel': fc}, 'feature_scale': scale, 'norm': init.model.params['norm']}
+    return {**own, **{f'layers_{i}': init.model.params[f'layers_{i}'] for i in range(layers)}}
+  fc = 0.02 * jax.random.normal(jax.random.key(seed), (2 * width, width))
+  own = {'fc': {'kernel': fc.astype(jnp.float32)}, 'feature_scale': scale,
+         'norm': target.params['norm']}
   for i in range(layers):
     own[f'layers_{i}'] = target.params[f'layers_{cfg.num_hidden_layers - layers + i}']
   return own
@@ -141,8 +158,11 @@ def initial_params(target: LlamaModel, network: FeatureDraftNetwork, seed: int) 
 
 def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_size: int,
           steps: int, batch_rows: int, learning_rate: float, val_rows: int, eval_every: int,
-          seed: int) -> dict[str, float]:
+          seed: int, init: str | None = None, feature_weight: float = 0.1) -> dict[str, float]:
   """Distils a feature draft of `num_layers` layers and writes it to `out` (draft.save) with its log.
+
+  `init`: a folder of a draft over tokens alone to start from (its layers, norm
+  and head ids; `initial_params`). `feature_weight`: w of the feature loss.
 
   Raises:
     ValueError: data without the target's features.
@@ -154,8 +174,13 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   rows = chunk.prompt.shape[0]
   val = np.arange(rows - val_rows, rows)
   train_rows = np.arange(rows - val_rows)
-  ids = llama_draft.head_ids(teacher.Chunk(*(None if a is None else a[train_rows] for a in chunk)),
-                             head_size, target.vocab_size, target.eos_id)
+  start_from = draft_lib.load(init, target) if init else None
+  if start_from is not None:
+    ids, num_layers = np.asarray(start_from.ids), start_from.model.config.num_hidden_layers
+  else:
+    ids = llama_draft.head_ids(teacher.Chunk(*(None if a is None else a[train_rows]
+                                               for a in chunk)),
+                               head_size, target.vocab_size, target.eos_id)
   lookup = np.full(target.vocab_size, -1, np.int32)
   lookup[ids] = np.arange(ids.size)
   seq = teacher.sequences(chunk.prompt, chunk.prompt_length, chunk.tokens)
@@ -163,39 +188,28 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   network = FeatureDraftNetwork(config)
   embedding = target.params['embed_tokens']['embedding']
   frozen = {'embedding': embedding, 'head': embedding[ids].T, 'ids': jnp.asarray(ids)}
-  own = initial_params(target, network, seed)
+  own = initial_params(target, network, seed, start_from)
   schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
   opt_state = tx.init(own)
-  out_dir = pathlib.Path(out)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  log = open(out_dir / 'log.jsonl', 'w', encoding='utf-8')
-  rng, start = np.random.default_rng(seed), time.time()
 
-  def evaluate(step: int, loss: float) -> dict[str, float]:
+  def alphas(own) -> dict[str, float]:
     sums = np.zeros(5)
     for part in np.array_split(val, max(1, val.size // batch_rows)):
       sums += np.asarray(jax.device_get(eval_step(own, frozen, _batch(chunk, seq, part, lookup),
                                                   network=network)), np.float64)
-    entry = {'step': step, 'loss': loss, 'alpha_t0': sums[0] / max(sums[2], 1),
-             'alpha_t0_own': sums[1] / max(sums[2], 1),
-             'alpha_t1_lower': sums[3] / max(sums[4], 1), 'minutes': (time.time() - start) / 60}
-    log.write(json.dumps(entry) + '\n')
-    log.flush()
-    return entry
+    return {'alpha_t0': sums[0] / max(sums[2], 1), 'alpha_t0_own': sums[1] / max(sums[2], 1),
+            'alpha_t1_lower': sums[3] / max(sums[4], 1)}
 
-  record = evaluate(0, float('nan'))
-  bar = tqdm.tqdm(range(1, steps + 1), desc='distilling')
-  for step in bar:
-    rows = rng.choice(train_rows, batch_rows, replace=False)
-    own, opt_state, loss = train_step(own, opt_state, frozen, _batch(chunk, seq, rows, lookup),
-                                      network=network, tx=tx)
-    if step % eval_every == 0 or step == steps:
-      record = evaluate(step, float(loss))
-      bar.set_postfix(alpha_t0=f'{record["alpha_t0"]:.3f}', own=f'{record["alpha_t0_own"]:.3f}')
-  log.close()
+  def step_fn(own, opt_state, rows):
+    return train_step(own, opt_state, frozen, _batch(chunk, seq, rows, lookup), network=network,
+                      tx=tx, feature_weight=feature_weight)
+
+  own, record = llama_draft.distil(own, opt_state, step_fn, alphas, train_rows=train_rows,
+                                   steps=steps, batch_rows=batch_rows, eval_every=eval_every,
+                                   seed=seed, out=out)
   hf_config = json.loads((pathlib.Path(target_dir) / 'config.json').read_text())
-  draft_lib.save(out_dir, config, own, ids, hf_config)
+  draft_lib.save(out, config, own, ids, hf_config)
   return record
 
 
@@ -214,10 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   fit.add_argument('--val_rows', type=int, default=64)
   fit.add_argument('--eval_every', type=int, default=100)
   fit.add_argument('--seed', type=int, default=0)
+  fit.add_argument('--init', help='a draft folder over tokens alone to start from')
+  fit.add_argument('--feature_weight', type=float, default=0.1)
   args = parser.parse_args(argv)
   record = train(args.target, args.data, args.out, num_layers=args.layers, head_size=args.head,
                  steps=args.steps, batch_rows=args.batch_rows, learning_rate=args.learning_rate,
-                 val_rows=args.val_rows, eval_every=args.eval_every, seed=args.seed)
+                 val_rows=args.val_rows, eval_every=args.eval_every, seed=args.seed,
+                 init=args.init, feature_weight=args.feature_weight)
   print(json.dumps(record))
   return 0
 

@@ -183,8 +183,8 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
     ids = np.asarray(start_from.ids)
     num_layers = start_from.model.config.num_hidden_layers
   else:
-    ids = head_ids(teacher.Chunk(*(a[train_rows] for a in chunk)), head_size, target.vocab_size,
-                   target.eos_id)
+    ids = head_ids(teacher.Chunk(*(None if a is None else a[train_rows] for a in chunk)),
+                   head_size, target.vocab_size, target.eos_id)
   lookup = np.full(target.vocab_size, -1, np.int32)
   lookup[ids] = np.arange(ids.size)
   seq = teacher.sequences(chunk.prompt, chunk.prompt_length, chunk.tokens)
@@ -198,35 +198,60 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
   opt_state = tx.init(own)
-  out_dir = pathlib.Path(out)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  log = open(out_dir / 'log.jsonl', 'w', encoding='utf-8')
-  rng, start, record = np.random.default_rng(seed), time.time(), {}
 
-  def evaluate(step: int, loss: float) -> dict[str, float]:
+  def alphas(own) -> dict[str, float]:
     sums = np.zeros(4)
     for part in np.array_split(val, max(1, val.size // batch_rows)):
       sums += np.asarray(jax.device_get(eval_step(own, frozen, _batch(chunk, seq, part, lookup),
                                                   network=network)), np.float64)
-    entry = {'step': step, 'loss': loss, 'alpha_t0': sums[0] / max(sums[1], 1),
-             'alpha_t1_lower': sums[2] / max(sums[3], 1), 'minutes': (time.time() - start) / 60}
-    log.write(json.dumps(entry) + '\n')
-    log.flush()
-    return entry
+    return {'alpha_t0': sums[0] / max(sums[1], 1), 'alpha_t1_lower': sums[2] / max(sums[3], 1)}
 
-  record = evaluate(0, float('nan'))
-  bar = tqdm.tqdm(range(1, steps + 1), desc='distilling')
-  for step in bar:
-    rows = rng.choice(train_rows, batch_rows, replace=False)
-    own, opt_state, loss = train_step(own, opt_state, frozen, _batch(chunk, seq, rows, lookup),
-                                      network=network, tx=tx)
-    if step % eval_every == 0 or step == steps:
-      record = evaluate(step, float(loss))
-      bar.set_postfix(alpha_t0=f'{record["alpha_t0"]:.3f}')
-  log.close()
+  def step_fn(own, opt_state, rows):
+    return train_step(own, opt_state, frozen, _batch(chunk, seq, rows, lookup), network=network,
+                      tx=tx)
+
+  own, record = distil(own, opt_state, step_fn, alphas, train_rows=train_rows, steps=steps,
+                       batch_rows=batch_rows, eval_every=eval_every, seed=seed, out=out)
   hf_config = json.loads((pathlib.Path(target_dir) / 'config.json').read_text())
-  draft_lib.save(out_dir, config, own, ids, hf_config)
+  draft_lib.save(out, config, own, ids, hf_config)
   return record
+
+
+def distil(own: Any, opt_state: Any, step_fn, alphas, *, train_rows: np.ndarray, steps: int,
+           batch_rows: int, eval_every: int, seed: int, out: str) -> tuple[Any, dict[str, float]]:
+  """The loop both draft kinds train with: batches of `batch_rows` random training rows.
+
+  Args:
+    own, opt_state: the trained parameters and the optimizer's state.
+    step_fn: (own, opt_state, rows [batch_rows]) -> (own, opt_state, loss).
+    alphas: own -> {name: alpha on the held-out rows}, logged at step 0, every
+      `eval_every` steps and at the end (OUT/log.jsonl, with the loss and the minutes).
+    train_rows, steps, batch_rows, eval_every, seed: what and how long it trains.
+    out: the folder of the log (created).
+
+  Returns:
+    The trained parameters and the last log entry.
+  """
+  out_dir = pathlib.Path(out)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  rng, start = np.random.default_rng(seed), time.time()
+  with open(out_dir / 'log.jsonl', 'w', encoding='utf-8') as log:
+
+    def evaluate(step: int, loss: float) -> dict[str, float]:
+      entry = {'step': step, 'loss': loss, **alphas(own), 'minutes': (time.time() - start) / 60}
+      log.write(json.dumps(entry) + '\n')
+      log.flush()
+      return entry
+
+    record = evaluate(0, float('nan'))
+    bar = tqdm.tqdm(range(1, steps + 1), desc='distilling')
+    for step in bar:
+      rows = rng.choice(train_rows, batch_rows, replace=False)
+      own, opt_state, loss = step_fn(own, opt_state, rows)
+      if step % eval_every == 0 or step == steps:
+        record = evaluate(step, float(loss))
+        bar.set_postfix(alpha_t0=f'{record["alpha_t0"]:.3f}')
+  return own, record
 
 
 def plot_curve(log_file: str, png: str) -> None:
