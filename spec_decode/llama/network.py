@@ -143,6 +143,13 @@ class DecoderLayer(nn.Module):
     return x + Mlp(cfg, name='mlp')(_norm(cfg, 'post_attention_layernorm')(x)), kv
 
 
+def empty_buffers(cfg: LlamaConfig, batch: int, length: int) -> tuple[KeyValue, ...]:
+  """Per layer, zero key/value buffers [batch, Hkv, length, Dh]."""
+  shape = (batch, cfg.num_key_value_heads, length, cfg.head_dim)
+  return tuple(KeyValue(jnp.zeros(shape, cfg.compute_dtype), jnp.zeros(shape, cfg.compute_dtype))
+               for _ in range(cfg.num_hidden_layers))
+
+
 class LlamaNetwork(nn.Module):
   """Llama: the full-sequence path (`__call__`) and the prompt-cached decoding path.
 
@@ -229,10 +236,7 @@ class LlamaNetwork(nn.Module):
     """
     cfg = self.config
     batch, width = prompt_tokens.shape
-    shape = (batch, cfg.num_key_value_heads, width - 1 + capacity, cfg.head_dim)
-    buffers = tuple(KeyValue(jnp.zeros(shape, cfg.compute_dtype),
-                             jnp.zeros(shape, cfg.compute_dtype))
-                    for _ in range(cfg.num_hidden_layers))
+    buffers = empty_buffers(cfg, batch, width - 1 + capacity)
     features = jnp.zeros((batch, 0, cfg.hidden_size), cfg.compute_dtype)
     if width > 1:
       features, buffers = self.features(prompt_tokens[:, :-1], buffers,

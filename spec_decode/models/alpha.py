@@ -52,12 +52,10 @@ def pair_logits(target: protocol.Model, draft: protocol.Model, batch: protocol.B
   target's features, its first draft step of an iteration.
   """
   length = decoder_input_tokens.shape[1]
-  (target_step, target_cache), (draft_step, draft_cache), _ = draft.start_pair(target, batch,
-                                                                               length)
+  (target_step, target_cache), (draft_step, draft_cache), feed = draft.start_pair(
+      target, batch, length + 1)  # one more: feed's window reaches a position past the tokens
   target_logits, target_cache = target_step(decoder_input_tokens, target_cache)
-  state = draft_cache.layers
-  draft_cache = draft_cache.replace(layers=state.replace(buffers=state.buffers.replace(
-      features=target_cache.layers.buffers.features)))
+  draft_cache = feed(draft_cache, target_cache, jnp.zeros_like(draft_cache.index), length)
   return target_logits, draft_step(decoder_input_tokens, draft_cache)[0]
 
 

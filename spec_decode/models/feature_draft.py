@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from spec_decode import cache as cache_lib
 from spec_decode import kernels
 from spec_decode.llama.config import LlamaConfig
+from spec_decode.llama import network as network_lib
 from spec_decode.llama.network import LlamaNetwork
 from spec_decode.models import protocol
 from spec_decode.models import pruned_head
@@ -175,15 +176,13 @@ class FeatureDraft:
     buffer = buffer.at[:, :width].set(features.astype(jnp.float32))
     target_cache = cache.replace(layers=cache.layers.replace(
         buffers=FeatureBuffers(cache.layers.buffers, buffer)))
-    draft_cache = d_net.apply(d_vars, batch.tokens, batch.prompt_lengths(), capacity,
-                              method=LlamaNetwork.prefill)  # key/values of the prompt, below
-    kv = draft_cache.layers.buffers
-    if width:
+    kv = network_lib.empty_buffers(self.config, rows, width + capacity)
+    if width:  # the prompt but its last token, each after the target's feature before it
       previous = jnp.pad(features, ((0, 0), (1, 0), (0, 0)))[:, :width]
       _, kv = d_net.apply(d_vars, batch.tokens[:, :width], previous, kv,
                           jnp.zeros((rows,), jnp.int32), method=FeatureDraftNetwork.draft_features)
-    draft_cache = draft_cache.replace(layers=draft_cache.layers.replace(
-        buffers=FeatureBuffers(kv, buffer)))
+    draft_cache = cache_lib.prompt_cache(FeatureBuffers(kv, buffer), batch.tokens,
+                                         batch.prompt_lengths(), capacity)
 
     def target_step(tokens: jax.Array, cache: cache_lib.Cache):
       tokens, position = cache_lib.behind_prompt(tokens, cache)

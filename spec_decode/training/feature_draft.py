@@ -189,15 +189,13 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   embedding = target.params['embed_tokens']['embedding']
   frozen = {'embedding': embedding, 'head': embedding[ids].T, 'ids': jnp.asarray(ids)}
   own = initial_params(target, network, seed, start_from)
-  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps)
-  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
+  tx = llama_draft.optimizer(learning_rate, steps)
   opt_state = tx.init(own)
 
   def alphas(own) -> dict[str, float]:
-    sums = np.zeros(5)
-    for part in np.array_split(val, max(1, val.size // batch_rows)):
-      sums += np.asarray(jax.device_get(eval_step(own, frozen, _batch(chunk, seq, part, lookup),
-                                                  network=network)), np.float64)
+    sums = llama_draft.held_out_sums(
+        lambda rows: eval_step(own, frozen, _batch(chunk, seq, rows, lookup), network=network),
+        val, batch_rows)
     return {'alpha_t0': sums[0] / max(sums[2], 1), 'alpha_t0_own': sums[1] / max(sums[2], 1),
             'alpha_t1_lower': sums[3] / max(sums[4], 1)}
 

@@ -195,15 +195,12 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   source = start_from.model.params if init else target.params
   own = {f'layers_{i}': source[f'layers_{i}'] for i in range(num_layers)}
   own['norm'] = source['norm']
-  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps)
-  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
+  tx = optimizer(learning_rate, steps)
   opt_state = tx.init(own)
 
   def alphas(own) -> dict[str, float]:
-    sums = np.zeros(4)
-    for part in np.array_split(val, max(1, val.size // batch_rows)):
-      sums += np.asarray(jax.device_get(eval_step(own, frozen, _batch(chunk, seq, part, lookup),
-                                                  network=network)), np.float64)
+    sums = held_out_sums(lambda rows: eval_step(own, frozen, _batch(chunk, seq, rows, lookup),
+                                                network=network), val, batch_rows)
     return {'alpha_t0': sums[0] / max(sums[1], 1), 'alpha_t1_lower': sums[2] / max(sums[3], 1)}
 
   def step_fn(own, opt_state, rows):
@@ -215,6 +212,20 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   hf_config = json.loads((pathlib.Path(target_dir) / 'config.json').read_text())
   draft_lib.save(out, config, own, ids, hf_config)
   return record
+
+
+def optimizer(learning_rate: float, steps: int) -> optax.GradientTransformation:
+  """AdamW (no weight decay), warmup over a tenth of the steps (at most 100), cosine to 0, clipped at 1."""
+  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps)
+  return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.0))
+
+
+def held_out_sums(eval_fn, val: np.ndarray, batch_rows: int) -> np.ndarray:
+  """eval_fn(rows) -> a tuple of sums, added over the held-out rows `val` in parts of ~batch_rows."""
+  sums = 0.0
+  for part in np.array_split(val, max(1, val.size // batch_rows)):
+    sums = sums + np.asarray(jax.device_get(eval_fn(part)), np.float64)
+  return sums
 
 
 def distil(own: Any, opt_state: Any, step_fn, alphas, *, train_rows: np.ndarray, steps: int,
