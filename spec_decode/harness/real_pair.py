@@ -50,6 +50,23 @@ class PairSettings:
   seed: int = 0
 
 
+@functools.partial(jax.jit, static_argnames=('k', 'n', 'capacity'))
+def _steps(models: tuple[Any, Any], batch: protocol.Batch, *, k: int, n: int, capacity: int):
+  """n steps of models[0] over k positions each, started on `batch` (models[1]: its target)."""
+  model, target = models
+  if target is None:
+    step_fn, cache = model.start(batch, capacity)
+  else:
+    step_fn, cache = model.start_pair(target, batch, capacity)[1]
+
+  def body(_, carry):
+    cache, tokens = carry
+    logits, cache = step_fn(tokens, cache)
+    return cache, jnp.broadcast_to(jnp.argmax(logits[:, -1:], -1), tokens.shape).astype(jnp.int32)
+
+  return jax.lax.fori_loop(0, n, body, (cache, jnp.ones((1, k), jnp.int32)))
+
+
 def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3,
             target: Any = None) -> float:
   """Milliseconds of one step of `model` over k positions behind a prompt.
@@ -60,33 +77,17 @@ def step_ms(model: Any, prompt_length: int, k: int, steps: int, repeats: int = 3
   (the prefill cancels), the median of `repeats` rounds, floored at 1 us
   (a tiny model's steps drown in noise). `target`: the target a draft over
   its features (models.FeatureDraft) starts with; its step is the draft's in
-  that pair.
+  that pair. The loops are compiled once per model, prompt length, k and
+  steps: timing again (after the prompts) reuses them.
   """
   batch = protocol.Batch.of(model, jnp.ones((1, prompt_length), jnp.int32),
                             jnp.array([prompt_length], jnp.int32))
-  capacity = 2 * steps * k + 1
-
-  @functools.partial(jax.jit, static_argnums=1)
-  def loop(models, n: int):
-    model, target = models
-    if target is None:
-      step_fn, cache = model.start(batch, capacity)
-    else:
-      step_fn, cache = model.start_pair(target, batch, capacity)[1]
-
-    def body(_, carry):
-      cache, tokens = carry
-      logits, cache = step_fn(tokens, cache)
-      return cache, jnp.broadcast_to(jnp.argmax(logits[:, -1:], -1), tokens.shape).astype(jnp.int32)
-
-    return jax.lax.fori_loop(0, n, body, (cache, jnp.ones((1, k), jnp.int32)))
-
-  models = (model, target)
-  jax.block_until_ready((loop(models, steps), loop(models, 2 * steps)))
+  loop = functools.partial(_steps, (model, target), batch, k=k, capacity=2 * steps * k + 1)
+  jax.block_until_ready((loop(n=steps), loop(n=2 * steps)))
   differences = []
   for _ in range(repeats):
-    short, _ = timing.median_time(lambda: loop(models, steps), 1)
-    long, _ = timing.median_time(lambda: loop(models, 2 * steps), 1)
+    short, _ = timing.median_time(lambda: loop(n=steps), 1)
+    long, _ = timing.median_time(lambda: loop(n=2 * steps), 1)
     differences.append((long - short) / steps)
   return max(float(np.median(differences)) * 1e3, 1e-3)
 
