@@ -52,7 +52,11 @@ class PairSettings:
 
 @functools.partial(jax.jit, static_argnames=('k', 'n', 'capacity'))
 def _steps(models: tuple[Any, Any], batch: protocol.Batch, *, k: int, n: int, capacity: int):
-  """n steps of models[0] over k positions each, started on `batch` (models[1]: its target)."""
+  """n steps of models[0] over k positions each, started on `batch` (models[1]: its target).
+
+  Returns:
+    (the cache after the steps, the last step's argmax [1, k] int32).
+  """
   model, target = models
   if target is None:
     step_fn, cache = model.start(batch, capacity)
