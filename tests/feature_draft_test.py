@@ -169,7 +169,8 @@ def test_a_feature_draft_is_refused_where_it_cannot_read_its_target():
 
 
 def test_teacher_features_are_the_targets_and_training_raises_agreement(tmp_path):
-  """Features kept while decoding equal a full pass over the rows; a short run learns."""
+  """Features kept while decoding equal a full pass over the rows and teacher forcing's; a
+  short run learns, with teacher-forced rows that only train; rows without features are refused."""
   target = stubs.llama_model(TARGET, 0)
   folder = stubs.save_llama(target, tmp_path / 'target')
   target = target.with_panels()
@@ -183,11 +184,21 @@ def test_teacher_features_are_the_targets_and_training_raises_agreement(tmp_path
     np.testing.assert_allclose(chunk.features[row, :known].astype(np.float32), full[row, :known],
                                rtol=2e-3, atol=2e-3 * float(np.abs(full).max()))
     assert not chunk.features[row, known:].any()
-  (tmp_path / 'data').mkdir()
-  teacher.save_chunk(tmp_path / 'data' / 'chunk_00000.npz', chunk)
+  scored = teacher.score_chunk(target, chunk.prompt, chunk.prompt_length, chunk.tokens,
+                               chunk.length, top_k=4, features=True)
+  np.testing.assert_allclose(scored.features.astype(np.float32),
+                             chunk.features.astype(np.float32), rtol=2e-3,
+                             atol=2e-3 * float(np.abs(full).max()))
+  for name, part in (('data', chunk), ('text', scored), ('plain', scored._replace(features=None))):
+    (tmp_path / name).mkdir()
+    teacher.save_chunk(tmp_path / name / 'chunk_00000.npz', part)
+  with pytest.raises(ValueError, match='plain holds no features'):
+    training.train(folder, tmp_path / 'data', tmp_path / 'refused', num_layers=1, head_size=8,
+                   steps=1, batch_rows=4, learning_rate=3e-3, val_rows=6, eval_every=1, seed=0,
+                   extra_data=[str(tmp_path / 'plain')])
   record = training.train(folder, tmp_path / 'data', tmp_path / 'draft', num_layers=1,
                           head_size=8, steps=60, batch_rows=4, learning_rate=3e-3, val_rows=6,
-                          eval_every=60, seed=0)
+                          eval_every=60, seed=0, extra_data=[str(tmp_path / 'text')])
   log = [json.loads(line) for line in open(tmp_path / 'draft' / 'log.jsonl')]
   assert record['alpha_t0'] > log[0]['alpha_t0'], log
   assert isinstance(draft_lib.load(tmp_path / 'draft', target), FeatureDraft)

@@ -158,22 +158,28 @@ def initial_params(target: LlamaModel, network: FeatureDraftNetwork, seed: int,
 
 def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_size: int,
           steps: int, batch_rows: int, learning_rate: float, val_rows: int, eval_every: int,
-          seed: int, init: str | None = None, feature_weight: float = 0.1) -> dict[str, float]:
+          seed: int, init: str | None = None, feature_weight: float = 0.1,
+          extra_data: Sequence[str] = ()) -> dict[str, float]:
   """Distils a feature draft of `num_layers` layers and writes it to `out` (draft.save) with its log.
 
-  `init`: a folder of a draft over tokens alone to start from (its layers, norm
-  and head ids; `initial_params`). `feature_weight`: w of the feature loss.
+  The last `val_rows` rows of `data_dir` are held out; `extra_data` folders
+  (e.g. `llama_draft text --features`') only train. `init`: a folder of a
+  draft over tokens alone to start from (its layers, norm and head ids;
+  `initial_params`). `feature_weight`: w of the feature loss.
 
   Raises:
     ValueError: data without the target's features.
   """
   target = LlamaModel.load(target_dir)
-  chunk = teacher.load_chunks(data_dir)
-  if chunk.features is None:
-    raise ValueError(f'{data_dir} holds no features: generate it with `llama_draft data --features`')
-  rows = chunk.prompt.shape[0]
+  parts = [teacher.load_chunks(d) for d in (data_dir, *extra_data)]
+  for folder, part in zip((data_dir, *extra_data), parts):
+    if part.features is None:
+      raise ValueError(f'{folder} holds no features: write it with `llama_draft data --features` '
+                       'or `llama_draft text --features`')
+  rows = parts[0].prompt.shape[0]
+  chunk = teacher.concatenate(parts)
   val = np.arange(rows - val_rows, rows)
-  train_rows = np.arange(rows - val_rows)
+  train_rows = np.setdiff1d(np.arange(chunk.prompt.shape[0]), val)
   start_from = draft_lib.load(init, target) if init else None
   if start_from is not None:
     ids, num_layers = np.asarray(start_from.ids), start_from.model.config.num_hidden_layers
@@ -228,11 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   fit.add_argument('--seed', type=int, default=0)
   fit.add_argument('--init', help='a draft folder over tokens alone to start from')
   fit.add_argument('--feature_weight', type=float, default=0.1)
+  fit.add_argument('--extra_data', nargs='*', default=[], help='folders that only train')
   args = parser.parse_args(argv)
   record = train(args.target, args.data, args.out, num_layers=args.layers, head_size=args.head,
                  steps=args.steps, batch_rows=args.batch_rows, learning_rate=args.learning_rate,
                  val_rows=args.val_rows, eval_every=args.eval_every, seed=args.seed,
-                 init=args.init, feature_weight=args.feature_weight)
+                 init=args.init, feature_weight=args.feature_weight, extra_data=args.extra_data)
   print(json.dumps(record))
   return 0
 

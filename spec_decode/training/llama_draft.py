@@ -72,10 +72,11 @@ def teacher_data(target_dir: str, out: str, *, num_prompts: int, steps: int, top
 
 
 def text_data(target_dir: str, out: str, *, num_texts: int, steps: int, top_k: int, batch: int,
-              seed: int) -> None:
+              seed: int, features: bool = False) -> None:
   """Writes the target's top-k along human answers: Debian package descriptions (split
   'train') after the chat prompt asking for them, teacher forced (many times faster than
-  generating). Rows count as T = 1 rows; resumable as `teacher_data`.
+  generating). Rows count as T = 1 rows; resumable as `teacher_data`. `features`: keep
+  the target's features too (for a draft over them).
   """
   out_dir = pathlib.Path(out)
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,7 @@ def text_data(target_dir: str, out: str, *, num_texts: int, steps: int, top_k: i
       continue
     rows = slice(c * batch, (c + 1) * batch)
     chunk = teacher.score_chunk(target, prompt[rows], prompt_length[rows], tokens[rows],
-                                length[rows], top_k=top_k)
+                                length[rows], top_k=top_k, features=features)
     teacher.save_chunk(path, chunk)
 
 
@@ -304,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   text.add_argument('--top_k', type=int, default=32)
   text.add_argument('--batch', type=int, default=16)
   text.add_argument('--seed', type=int, default=2)
+  text.add_argument('--features', action='store_true', help="keep the target's features too")
   fit = sub.add_parser('train', help='distil the draft and write its folder')
   fit.add_argument('--target', required=True)
   fit.add_argument('--data', required=True)
@@ -326,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_curve(args.log, args.out)
   elif args.command == 'text':
     text_data(args.target, args.out, num_texts=args.texts, steps=args.steps, top_k=args.top_k,
-              batch=args.batch, seed=args.seed)
+              batch=args.batch, seed=args.seed, features=args.features)
   elif args.command == 'data':
     chunks = tuple(int(x) for x in args.chunks.split(':')) if args.chunks else None
     teacher_data(args.target, args.out, num_prompts=args.prompts, steps=args.steps,

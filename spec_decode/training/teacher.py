@@ -139,7 +139,7 @@ def sequences(prompt: np.ndarray, prompt_length: np.ndarray, tokens: np.ndarray)
 
 
 def score_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray, tokens: np.ndarray,
-                length: np.ndarray, *, top_k: int) -> Chunk:
+                length: np.ndarray, *, top_k: int, features: bool = False) -> Chunk:
   """The target's top-k distributions along given continuations (teacher forcing; T = 1 rows).
 
   Args:
@@ -147,24 +147,31 @@ def score_chunk(target, prompt: np.ndarray, prompt_length: np.ndarray, tokens: n
     prompt: [B, P] int32 prompts, left-aligned; prompt_length: [B].
     tokens: [B, S] int32 continuations (e.g. human answers, EOS after); length: [B] in 1..S.
     top_k: log-probabilities kept per position.
+    features: also keep the target's features along each row, laid out as
+      `generate_chunk` lays them out (Chunk.features).
   """
   rows, steps = tokens.shape
-  top_ids, top_logp = jax.device_get(_top_k_along(target, jnp.asarray(
-                                                      sequences(prompt, prompt_length, tokens)),
-                                                  jnp.asarray(prompt_length, jnp.int32),
-                                                  steps=steps, top_k=top_k))
+  top_ids, top_logp, kept = jax.device_get(_top_k_along(
+      target, jnp.asarray(sequences(prompt, prompt_length, tokens)),
+      jnp.asarray(prompt_length, jnp.int32), steps=steps, top_k=top_k, features=features))
   return Chunk(np.asarray(prompt, np.int32), np.asarray(prompt_length, np.int32),
                np.ones(rows, np.float32), np.asarray(tokens, np.int32),
-               np.asarray(length, np.int32), top_ids, top_logp)
+               np.asarray(length, np.int32), top_ids, top_logp, kept)
 
 
-@functools.partial(jax.jit, static_argnames=('steps', 'top_k'))
-def _top_k_along(target, sequences, prompt_length, *, steps: int, top_k: int):
-  logits = target.network.apply({'params': target.params}, sequences)  # [B, W, V]
+@functools.partial(jax.jit, static_argnames=('steps', 'top_k', 'features'))
+def _top_k_along(target, sequences, prompt_length, *, steps: int, top_k: int, features: bool):
+  variables = {'params': target.params}
+  y = target.network.apply(variables, sequences, method=LlamaNetwork.features)[0]  # [B, W, E]
   where = prompt_length[:, None] - 1 + jnp.arange(steps)  # [B, S]: the positions before each token
-  logits = jnp.take_along_axis(logits, where[:, :, None], axis=1)
+  logits = target.network.apply(variables, jnp.take_along_axis(y, where[:, :, None], axis=1),
+                                method=LlamaNetwork.logits)
   top_logp, top_ids = jax.lax.top_k(jax.nn.log_softmax(logits), top_k)
-  return top_ids, top_logp.astype(jnp.float16)
+  kept = None
+  if features:  # after each token up to the last one a step reads (n + S - 2), zeros after
+    known = jnp.arange(y.shape[1]) < (prompt_length + steps - 1)[:, None]  # [B, W]
+    kept = jnp.where(known[:, :, None], y, 0).astype(jnp.float16)
+  return top_ids, top_logp.astype(jnp.float16), kept
 
 
 def save_chunk(path: str | os.PathLike, chunk: Chunk) -> None:
