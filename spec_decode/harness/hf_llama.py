@@ -54,8 +54,7 @@ def peers(target_dir: str, draft_dir: str, max_new_tokens: int,
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   target = transformers.LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-  stored = json.loads((pathlib.Path(draft_dir) / draft_lib.CONFIG_FILE).read_text())
-  lookup = stored.get('spec_decode_draft', {}).get('reads') == 'features'
+  lookup = draft_lib.reads_target_features(draft_dir)
   if not lookup:
     draft = _draft_model(transformers, torch, target, pathlib.Path(draft_dir))
     draft.generation_config.num_assistant_tokens_schedule = 'constant'

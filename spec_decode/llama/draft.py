@@ -76,6 +76,12 @@ def save(folder: str | os.PathLike, config: LlamaConfig, own: dict[str, Any],
   (folder / IDS_FILE).write_text(json.dumps([int(i) for i in np.sort(head_ids)]) + '\n')
 
 
+def reads_target_features(folder: str | os.PathLike) -> bool:
+  """Whether the draft folder holds a draft over its target's features (else over tokens)."""
+  stored = json.loads((pathlib.Path(folder) / CONFIG_FILE).read_text())
+  return stored.get('spec_decode_draft', {}).get('reads') == 'features'
+
+
 def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft | FeatureDraft:
   """The draft in `folder` over `target`'s embedding (float32): a PrunedHeadDraft or a FeatureDraft.
 
@@ -94,8 +100,7 @@ def load(folder: str | os.PathLike, target: LlamaModel) -> PrunedHeadDraft | Fea
     differ = sorted(k for k in config.__dict__ if getattr(config, k) != getattr(wanted, k))
     raise ValueError(f'{folder} is a draft for another target: {", ".join(differ)} differ '
                      "from the target's")
-  reads_features = json.loads((folder / CONFIG_FILE).read_text()).get(
-      'spec_decode_draft', {}).get('reads') == 'features'
+  reads_features = reads_target_features(folder)
   expected = {k: v for k, v in hf.expected_shapes(config).items() if k != EMBEDDING}
   names = hf.hf_names(config)
   if reads_features:

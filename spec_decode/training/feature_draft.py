@@ -171,29 +171,14 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
     ValueError: data without the target's features.
   """
   target = LlamaModel.load(target_dir)
-  parts = [teacher.load_chunks(d) for d in (data_dir, *extra_data)]
-  for folder, part in zip((data_dir, *extra_data), parts):
-    if part.features is None:
-      raise ValueError(f'{folder} holds no features: write it with `llama_draft data --features` '
-                       'or `llama_draft text --features`')
-  rows = parts[0].prompt.shape[0]
-  chunk = teacher.concatenate(parts)
-  val = np.arange(rows - val_rows, rows)
-  train_rows = np.setdiff1d(np.arange(chunk.prompt.shape[0]), val)
+  chunk, val, train_rows = llama_draft.training_rows(data_dir, extra_data, val_rows, features=True)
   start_from = draft_lib.load(init, target) if init else None
   if start_from is not None:
-    ids, num_layers = np.asarray(start_from.ids), start_from.model.config.num_hidden_layers
-  else:
-    ids = llama_draft.head_ids(teacher.Chunk(*(None if a is None else a[train_rows]
-                                               for a in chunk)),
-                               head_size, target.vocab_size, target.eos_id)
-  lookup = np.full(target.vocab_size, -1, np.int32)
-  lookup[ids] = np.arange(ids.size)
+    num_layers = start_from.model.config.num_hidden_layers
+  lookup, frozen = llama_draft.frozen_head(target, chunk, train_rows, head_size, start_from)
   seq = teacher.sequences(chunk.prompt, chunk.prompt_length, chunk.tokens)
   config = draft_lib.draft_config(target.config, num_layers)
   network = FeatureDraftNetwork(config)
-  embedding = target.params['embed_tokens']['embedding']
-  frozen = {'embedding': embedding, 'head': embedding[ids].T, 'ids': jnp.asarray(ids)}
   own = initial_params(target, network, seed, start_from)
   tx = llama_draft.optimizer(learning_rate, steps)
   opt_state = tx.init(own)
@@ -213,7 +198,7 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
                                    steps=steps, batch_rows=batch_rows, eval_every=eval_every,
                                    seed=seed, out=out)
   hf_config = json.loads((pathlib.Path(target_dir) / 'config.json').read_text())
-  draft_lib.save(out, config, own, ids, hf_config)
+  draft_lib.save(out, config, own, np.asarray(frozen['ids']), hf_config)
   return record
 
 

@@ -174,25 +174,14 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   layers and head ids) instead of the target's first layers.
   """
   target = LlamaModel.load(target_dir)
-  generated = teacher.load_chunks(data_dir)
-  rows = generated.prompt.shape[0]
-  chunk = teacher.concatenate([generated, *map(teacher.load_chunks, extra_data)])
-  val = np.arange(rows - val_rows, rows)
-  train_rows = np.setdiff1d(np.arange(chunk.prompt.shape[0]), val)
-  if init:
-    start_from = draft_lib.load(init, target)
-    ids = np.asarray(start_from.ids)
+  chunk, val, train_rows = training_rows(data_dir, extra_data, val_rows)
+  start_from = draft_lib.load(init, target) if init else None
+  if start_from is not None:
     num_layers = start_from.model.config.num_hidden_layers
-  else:
-    ids = head_ids(teacher.Chunk(*(None if a is None else a[train_rows] for a in chunk)),
-                   head_size, target.vocab_size, target.eos_id)
-  lookup = np.full(target.vocab_size, -1, np.int32)
-  lookup[ids] = np.arange(ids.size)
+  lookup, frozen = frozen_head(target, chunk, train_rows, head_size, start_from)
   seq = teacher.sequences(chunk.prompt, chunk.prompt_length, chunk.tokens)
   config = draft_lib.draft_config(target.config, num_layers)
   network = LlamaNetwork(config)
-  embedding = target.params['embed_tokens']['embedding']
-  frozen = {'embedding': embedding, 'head': embedding[ids].T, 'ids': jnp.asarray(ids)}
   source = start_from.model.params if init else target.params
   own = {f'layers_{i}': source[f'layers_{i}'] for i in range(num_layers)}
   own['norm'] = source['norm']
@@ -211,8 +200,46 @@ def train(target_dir: str, data_dir: str, out: str, *, num_layers: int, head_siz
   own, record = distil(own, opt_state, step_fn, alphas, train_rows=train_rows, steps=steps,
                        batch_rows=batch_rows, eval_every=eval_every, seed=seed, out=out)
   hf_config = json.loads((pathlib.Path(target_dir) / 'config.json').read_text())
-  draft_lib.save(out, config, own, ids, hf_config)
+  draft_lib.save(out, config, own, np.asarray(frozen['ids']), hf_config)
   return record
+
+
+def training_rows(data_dir: str, extra_data: Sequence[str], val_rows: int,
+                  features: bool = False) -> tuple[teacher.Chunk, np.ndarray, np.ndarray]:
+  """Teacher rows for training: the chunks, held-out rows (`data_dir`'s last), training rows.
+
+  `extra_data` folders only train. `features`: every folder must hold the
+  target's features (else a ValueError naming it).
+  """
+  folders = (data_dir, *extra_data)
+  parts = [teacher.load_chunks(d) for d in folders]
+  for folder, part in zip(folders, parts):
+    if features and part.features is None:
+      raise ValueError(f'{folder} holds no features: write it with `llama_draft data --features` '
+                       'or `llama_draft text --features`')
+  rows = parts[0].prompt.shape[0]
+  chunk = teacher.concatenate(parts)
+  val = np.arange(rows - val_rows, rows)
+  return chunk, val, np.setdiff1d(np.arange(chunk.prompt.shape[0]), val)
+
+
+def frozen_head(target: LlamaModel, chunk: teacher.Chunk, train_rows: np.ndarray, head_size: int,
+                start_from: Any = None) -> tuple[np.ndarray, dict[str, jax.Array]]:
+  """The draft's head ids (`start_from`'s, or the training rows' most likely) and what stays frozen.
+
+  Returns:
+    lookup [V] int32 (an id's place in the head, -1 outside) and {'embedding':
+    the target's [V, E], 'head': [E, N], 'ids': [N]}.
+  """
+  if start_from is not None:
+    ids = np.asarray(start_from.ids)
+  else:
+    ids = head_ids(teacher.Chunk(*(None if a is None else a[train_rows] for a in chunk)),
+                   head_size, target.vocab_size, target.eos_id)
+  lookup = np.full(target.vocab_size, -1, np.int32)
+  lookup[ids] = np.arange(ids.size)
+  embedding = target.params['embed_tokens']['embedding']
+  return lookup, {'embedding': embedding, 'head': embedding[ids].T, 'ids': jnp.asarray(ids)}
 
 
 def optimizer(learning_rate: float, steps: int) -> optax.GradientTransformation:
