@@ -137,8 +137,13 @@ def test_prompt_lookup_proposes_the_continuation_of_the_longest_recent_match():
   draft = drafts.PromptLookupDraft(20, max_ngram=3)
   assert _proposals(draft, source, [seq for seq, _ in cases]) == [want for _, want in cases]
   assert _proposals(drafts.PromptLookupDraft(20, max_ngram=1), source, [[9, 3]]) == [5]
+  # From 2-grams on: the 1-gram matches above count no more, the 2-gram still does.
+  assert _proposals(drafts.PromptLookupDraft(20, max_ngram=3, min_ngram=2), source,
+                    [[4, 3], [9, 3], [11, 12, 11]]) == [None, 7, None]
   with pytest.raises(ValueError, match='max_ngram'):
     drafts.PromptLookupDraft(20, max_ngram=0)
+  with pytest.raises(ValueError, match='min_ngram'):
+    drafts.PromptLookupDraft(20, max_ngram=2, min_ngram=3)
 
 
 @pytest.mark.parametrize('kind', KINDS)

