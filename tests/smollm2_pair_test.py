@@ -159,6 +159,18 @@ def test_the_draft_cost_study_times_each_draft_against_the_target(pair, capsys):
   assert all(d['c'] > 0 for d in result['drafts'])
 
 
+def test_the_copy_study_splits_agreement_by_whether_an_ngram_repeats(pair, capsys):
+  """At T = 0 the copying draft is right where its copy is (a match) or its draft is (none)."""
+  study = script_runner.load('studies/copy_agreement.py')
+  assert study.main(['--target', pair['target'], '--draft', str(pair['draft']), '--n', '3',
+                     '--max_new_tokens', '12', '--min_ngram', '1']) == 0
+  result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert 0 < result['match_share'] < 1, result  # both kinds of positions occur
+  mixed = (result['match_share'] * result['copy_right_where_match']
+           + (1 - result['match_share']) * result['draft_right_elsewhere'])
+  np.testing.assert_allclose(result['alpha_t0_copying'], mixed, rtol=1e-6)
+
+
 def test_teacher_forcing_along_a_continuation_gives_the_distributions_decoding_saw(pair):
   chunk = teacher.load_chunks(pair['data'])
   target = LlamaModel.load(pair['target'])
