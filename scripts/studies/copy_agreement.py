@@ -1,6 +1,7 @@
 """Where copying beats the draft: agreement with the target's greedy tokens, by whether an n-gram repeats.
 
   python scripts/studies/copy_agreement.py --target DIR [--draft FOLDER] [--n 20] [--min_ngram 2]
+      [--max_ngram 3]
 
 Decodes the SmolLM2 demo's held-out prompts greedily with our baseline, then
 asks at every generated position whether the last min_ngram..max_ngram
@@ -48,10 +49,11 @@ def main(argv=None) -> int:
   parser.add_argument('--n', type=int, default=20)
   parser.add_argument('--max_new_tokens', type=int, default=128)
   parser.add_argument('--min_ngram', type=int, default=2)
+  parser.add_argument('--max_ngram', type=int, default=3)
   args = parser.parse_args(argv)
   target, tokenizer = LlamaModel.load(args.target).with_panels(), Tokenizer(args.target)
   draft = draft_lib.load(args.draft, target)
-  copying = CopyingDraft.create(draft, min_ngram=args.min_ngram)
+  copying = CopyingDraft.create(draft, min_ngram=args.min_ngram, max_ngram=args.max_ngram)
   prompts, lengths = smollm2_demo.encode_prompts(tokenizer, prompts_lib.prompts('test', args.n))
   greedy = sampling_lib.SamplingParams.create(0.0)
   outputs = []
