@@ -14,9 +14,9 @@ from spec_decode.models import front_ends
 from spec_decode.models import protocol
 from spec_decode.models.copying import CopyingDraft
 from spec_decode.models.pruned_head import PrunedHeadDraft
-from spec_decode.options import Knobs, LoopOptions
+from spec_decode.options import LoopOptions
 from tests import stubs
-from tests.feature_draft_test import LENGTHS, PROMPTS, TARGET, TINY, _draft
+from tests.feature_draft_test import LENGTHS, PROMPTS, TARGET, TINY, _draft, _sample
 
 # Each statistical test rejects at this p-value (its false-positive rate).
 FALSE_POSITIVE_RATE = 1e-4
@@ -84,13 +84,6 @@ def test_copies_are_accepted_where_the_target_repeats_itself():
   assert np.asarray(copying.accept_histogram)[1:].sum() > 0
 
 
-@functools.partial(jax.jit, static_argnums=(4,), compiler_options=stubs.OPTIMIZED)
-def _sample(target, draft, prompts, lengths, options, rng):
-  batch = protocol.Batch(prompts, lengths, reads=target.reads)
-  return front_ends.decode(target, draft, batch, rng, options,
-                           Knobs.create(sampling.SamplingParams.create(temperature=1.0)))
-
-
 @pytest.mark.parametrize('kind', ['model', 'features'])
 def test_sampled_sequences_follow_the_target(kind):
   """Joint law of the first three tokens after two prompts == p's, by chi-square.
@@ -108,11 +101,8 @@ def test_sampled_sequences_follow_the_target(kind):
   rows, gamma = 40_000, 2
   out = _sample(target, draft, np.repeat(prompts, rows, 0), np.repeat(lengths, rows),
                 LoopOptions(3, gamma, eos_id=-1), jax.random.key(7))
-  tokens = np.asarray(out.tokens)
-  forward = lambda x: target.network.apply({'params': target.params}, x)
-  for i, (prompt, length) in enumerate(zip(prompts, lengths)):
-    law = stubs.first_three_law(forward, prompt[:length], target.vocab_size)
-    assert stubs.first_three_pvalue(tokens[i * rows:(i + 1) * rows], law) > FALSE_POSITIVE_RATE
+  for pvalue in stubs.llama_first_three_pvalues(target, np.asarray(out.tokens), prompts, lengths):
+    assert pvalue > FALSE_POSITIVE_RATE
   hist = np.asarray(out.accept_histogram)
   assert hist[0] > 0 and hist[gamma] > 0, hist  # both the residual and the bonus paths ran
 

@@ -167,6 +167,16 @@ def first_three_pvalue(tokens: np.ndarray, law: np.ndarray) -> float:
   return chi_square_pvalue(np.bincount(outcome, minlength=law.size), law.ravel())
 
 
+def llama_first_three_pvalues(target: LlamaModel, tokens: np.ndarray, prompts: np.ndarray,
+                              lengths: np.ndarray) -> list[float]:
+  """Chi-square p-value of each prompt's sampled rows (equal blocks of `tokens`) against p's."""
+  forward = lambda x: target.network.apply({'params': target.params}, x)
+  rows = len(tokens) // len(prompts)
+  return [first_three_pvalue(tokens[i * rows:(i + 1) * rows],
+                             first_three_law(forward, prompt[:length], target.vocab_size))
+          for i, (prompt, length) in enumerate(zip(prompts, lengths))]
+
+
 def llama_model(config: LlamaConfig, seed: int, scale: float = 5.0) -> LlamaModel:
   """Random weights `scale` times HF's initialisation: logits of order 1, few near-ties."""
   model = LlamaModel.random(config, jax.random.key(seed))

@@ -1,4 +1,4 @@
-"""Where copying beats the draft: agreement with the target's greedy tokens, by whether an n-gram repeats.
+"""Where copying beats the draft: agreement with the target's greedy tokens, where n-grams repeat.
 
   python scripts/studies/copy_agreement.py --target DIR [--draft FOLDER] [--n 20] [--min_ngram 2]
       [--max_ngram 3]
@@ -33,7 +33,7 @@ from spec_decode.models.llama import LlamaModel
 
 
 def proposals(lookup, prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """The lookup's proposal and whether it found one after the prompt and each output token but the last."""
+  """The lookup's proposal and whether it found one after the prompt and each output but the last."""
   batch = protocol.Batch(jnp.asarray(prompt[None]), jnp.array([len(prompt)]),
                          reads=protocol.PROMPT)
   propose_fn, cache = lookup.start_proposals(batch, len(output) + 1)

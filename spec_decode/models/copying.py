@@ -87,7 +87,7 @@ class CopyingDraft:
     return self._combined(batch, capacity, step_fn, cache)
 
   def start_pair(self, target: Any, batch: protocol.Batch, capacity: int):
-    """Starts with the target (as models.FeatureDraft.start_pair): both pairs of step and cache, feed.
+    """Starts with the target (as FeatureDraft.start_pair): both (step, cache) pairs and `feed`.
 
     A model draft without `start_pair` starts alone and `feed` leaves the cache as it is.
     """
@@ -122,4 +122,4 @@ class CopyingDraft:
                                    layers=(model_cache, lookup_cache))
 
     return step_fn, cache_lib.Cache(index=model_cache.index, layers=(model_cache, lookup_cache),
-                                    capacity=min(model_cache.capacity, lookup_cache.capacity))
+                                    capacity=capacity)
