@@ -33,7 +33,7 @@ from spec_decode.models.llama import LlamaModel
 
 
 def proposals(lookup, prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """The lookup's proposal and whether it found one after the prompt and each output bar the last."""
+  """The lookup's proposals and found flags after the prompt and each output token but the last."""
   batch = protocol.Batch(jnp.asarray(prompt[None]), jnp.array([len(prompt)]),
                          reads=protocol.PROMPT)
   propose_fn, cache = lookup.start_proposals(batch, len(output) + 1)
