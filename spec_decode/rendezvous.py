@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 HELLO, GO, STOP, DONE, FAILED = 'spec_decode rendezvous', 'go', 'stop', 'done', 'failed'
 ANSWER_GRACE_S = 10.0  # process 0 answers by its own deadline, a little after the others'
 FAILURE_GRACE_S = 5.0  # a failing process 0 waits this long for the others to hear it
+LEFT_GRACE_S = 2.0  # a failing process waits this long to learn whether a peer left first
 _SHOWN = 60  # characters of a differing value a message shows
 
 
@@ -128,6 +129,7 @@ class Channel:
     self._closed: set[int] = set()
     self._changed = threading.Condition()
     self._failed = False
+    self._reported = threading.Event()
 
   def watch(self, on_failure: Callable[[str], None]) -> None:
     """Watches every connection from daemon threads; `on_failure(message)` once a run fails.
@@ -166,12 +168,18 @@ class Channel:
       if self._claim_failure():
         self._tell_others(message, but=peer)
         on_failure(message)
+        self._reported.set()
       return
+
+  def _left(self) -> bool:
+    """Whether a peer's connection closed without 'done' (call holding `_changed`)."""
+    return bool(self._closed - self._done)
 
   def _claim_failure(self) -> bool:
     """Whether this is the run's first failure here (then this caller reports it)."""
     with self._changed:
       first, self._failed = not self._failed, True
+      self._changed.notify_all()
       return first
 
   def _tell_others(self, message: str, but: int | None = None) -> None:
@@ -189,6 +197,9 @@ class Channel:
   def finish(self, failure: str | None = None) -> None:
     """Tells the others this process is done, or failed (`failure`, one line).
 
+    A failing process first waits up to LEFT_GRACE_S for word of another
+    failure: a collective fails when a peer dies, and then the watcher names
+    the peer (it ends the process; here, at most a while later, returns).
     Process 0 failing waits up to FAILURE_GRACE_S for the others to close
     their connections (they end on hearing it) before returning, so that
     they hear it before its exit ends JAX's coordination service.
@@ -197,8 +208,13 @@ class Channel:
       for lines in self._peers.values():
         lines.send(DONE)
       return
-    if not self._claim_failure():
-      return  # a watcher is reporting another process's failure already
+    with self._changed:  # a collective fails when a peer dies: then its watcher names the peer
+      self._changed.wait_for(lambda: self._failed or self._left(), timeout=LEFT_GRACE_S)
+      first = not (self._failed or self._left())
+      self._failed = self._failed or first
+    if not first:  # a watcher reports the failure elsewhere and ends this process
+      self._reported.wait(FAILURE_GRACE_S + LEFT_GRACE_S)
+      return
     if self.process_id == 0:
       self._tell_others(f'process 0 of {self.count} failed: {failure}')
     else:

@@ -19,6 +19,7 @@ SETTINGS = {'SEED': 0, 'GAMMA': 4, 'the inputs': '12 lines, sha256 1f2e'}
 @pytest.fixture(autouse=True)
 def _short_grace(monkeypatch):
   monkeypatch.setattr(rendezvous, 'FAILURE_GRACE_S', 0.5)  # the hooks here do not exit
+  monkeypatch.setattr(rendezvous, 'LEFT_GRACE_S', 1.0)
 
 
 def _meet(count: int, fingerprints=None, failures=None, timeout_s: float = 20,
@@ -124,6 +125,27 @@ def test_a_connection_that_closes_without_done_is_a_process_gone():
   assert events[0].wait(10) and events[2].wait(10)
   message = 'process 1 of 3 left the run without finishing (killed or crashed, or its host failed)'
   assert (heard[0], heard[2]) == (message, message)  # (process 1, the dead one, hears nothing)
+
+
+def test_a_collective_failing_as_a_peer_dies_names_the_peer():
+  """Process 1 is killed mid all-reduce: process 0's own error comes first, its name wins."""
+  channels, heard, events = _channels(3)
+  for lines in channels[1]._peers.values():  # pylint: disable=protected-access
+    lines.connection.shutdown(socket.SHUT_RDWR)
+  started = time.monotonic()
+  channels[0].finish('XlaRuntimeError: all-reduce failed: Connection reset by peer')
+  assert events[0].is_set() and time.monotonic() - started < 1.0  # the peer, named at once
+  assert events[2].wait(10)
+  message = 'process 1 of 3 left the run without finishing (killed or crashed, or its host failed)'
+  assert (heard[0], heard[2]) == (message, message)
+
+
+def test_a_failure_of_its_own_is_reported_after_the_grace():
+  channels, heard, events = _channels(2)
+  started = time.monotonic()
+  channels[1].finish('writing out.jsonl: disk full')
+  assert time.monotonic() - started >= rendezvous.LEFT_GRACE_S
+  assert events[0].wait(10) and heard == {0: 'process 1 of 2 failed: writing out.jsonl: disk full'}
 
 
 def test_processes_that_finish_end_quietly():
