@@ -1,4 +1,4 @@
-"""Packed weights for the CPU dense kernel (kernels.pack, kernels.dense_panels, T5Model.with_panels)."""
+"""Packed weights for the CPU dense kernel (kernels.pack, kernels.dense_panels, the models' with_panels)."""
 
 import dataclasses
 
@@ -9,7 +9,10 @@ import pytest
 
 from spec_decode import kernels
 from spec_decode import models
+from spec_decode.llama.config import LlamaConfig
 from spec_decode.t5.config import t5_1_1
+from tests import stubs
+from tests import tolerances
 
 # (in, out): whole panels, a partial last panel, fewer columns than a panel, and more
 # weight rows than one block of a panel pass (the sums resume from the output).
@@ -151,6 +154,28 @@ def test_t5_steps_read_the_panels_and_equal_the_unpacked_model_bitwise():
                                                                         inputs).as_text()
   np.testing.assert_array_equal(jax.jit(_step_logits)(model, inputs),
                                 jax.jit(_step_logits)(unpacked, inputs))
+
+
+def _llama_step_logits(model, tokens):
+  lengths = jnp.array([tokens.shape[1]] * len(tokens), jnp.int32)
+  step_fn, cache = model.start(models.Batch.of(model, tokens, lengths), 8)
+  return step_fn(jnp.full((len(tokens), 3), 5, jnp.int32), cache)[0]
+
+
+def test_a_tied_llama_output_layer_reads_its_packed_transpose():
+  # 200 words: three whole panels and a partial one.
+  config = LlamaConfig(vocab_size=200, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       tie_word_embeddings=True)
+  model = stubs.llama_model(config, 0).with_panels()
+  assert set(model.panels) == {'layers_0', 'head'}
+  headless = model.replace(panels={'layers_0': model.panels['layers_0']})
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 200, (2, 5)), jnp.int32)
+  products = [jax.jit(_llama_step_logits).lower(m, tokens).as_text().count(
+      'spec_decode_dense_panels') for m in (model, headless)]
+  assert products[0] == products[1] + 1 and products[1] > 0
+  tolerances.assert_close(jax.jit(_llama_step_logits)(model, tokens),
+                          jax.jit(_llama_step_logits)(headless, tokens), ulps=64)
 
 
 def test_panels_are_dropped_with_new_params_and_kept_off_where_they_would_not_be_read(

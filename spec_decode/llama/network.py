@@ -13,6 +13,10 @@ Parameter tree (Hugging Face's LlamaForCausalLM names in spec_decode.llama.hf):
   norm/scale                                       [E]
   lm_head/kernel                                   [E, V]  (untied only)
 
+Packed copies for the CPU kernels (`kernels.PANELS`, LlamaModel.with_panels)
+mirror the layers' kernels; a tied output layer's is `head`, the table's
+transpose.
+
 Prompts and the loops: the cache sits behind each row's prompt
 (spec_decode.cache.PromptState, one KeyValue [B, Hkv, T, Dh] per layer at
 physical positions). `prefill` runs row b's prompt, all but its last token,
@@ -35,6 +39,8 @@ from spec_decode import kernels
 from spec_decode.llama.config import LlamaConfig
 from spec_decode.t5 import layers
 from spec_decode.t5.network import KeyValue
+
+HEAD = 'head'  # where the panels collection holds a tied output layer's (LlamaModel.with_panels)
 
 _init = nn.initializers.normal(stddev=0.02)  # HF's initializer_range
 
@@ -178,8 +184,12 @@ class LlamaNetwork(nn.Module):
   def logits(self, y: jax.Array) -> jax.Array:
     """The output layer: [B, K, E] features -> [B, K, V] float32 logits."""
     if self.config.tie_word_embeddings:
-      return jnp.einsum('bke,ve->bkv', y.astype(jnp.float32),
-                        self.embed_tokens.embedding.astype(jnp.float32))
+      y, table = y.astype(jnp.float32), self.embed_tokens.embedding.astype(jnp.float32)
+      if self.has_variable(kernels.PANELS, HEAD):  # the table's transpose, packed
+        panels = self.get_variable(kernels.PANELS, HEAD)
+        if kernels.panels_apply(y, panels, table.T):
+          return kernels.dense_panels(y, panels, table.T)
+      return jnp.einsum('bke,ve->bkv', y, table)
     return self.lm_head(y)
 
   def features(self, tokens: jax.Array, buffers: tuple[KeyValue, ...] | None = None,

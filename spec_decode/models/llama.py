@@ -19,13 +19,14 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spec_decode import cache as cache_lib
 from spec_decode import decoding
 from spec_decode import kernels
 from spec_decode.llama import hf
 from spec_decode.llama.config import LlamaConfig
-from spec_decode.llama.network import LlamaNetwork
+from spec_decode.llama.network import HEAD, LlamaNetwork
 from spec_decode.models import protocol
 from spec_decode.models.t5 import replacing
 
@@ -39,7 +40,8 @@ class LlamaModel:
     params: the parameter tree (see spec_decode.llama.network).
     tokenizer: static ((file, sha256), ...) of the checkpoint's tokenizer
       files (hf.tokenizer_fingerprint); empty when unknown.
-    panels: None, or packed copies of the layers' kernels (`with_panels`);
+    panels: None, or packed copies of the layers' kernels and of a tied
+      output layer's (`with_panels`);
       keyword-only.
   """
 
@@ -50,7 +52,7 @@ class LlamaModel:
   reads = protocol.PROMPT  # loop position 0 stands for the prompt's last token
 
   def with_panels(self) -> 'LlamaModel':
-    """This model with its layers' kernels packed where the CPU kernels use them; cached.
+    """This model with its products' kernels packed where the CPU kernels use them; cached.
 
     A decode step then reads each kernel as one stream (`kernels.pack`), in
     bfloat16 where bfloat16 holds its weights exactly (a bfloat16 checkpoint's,
@@ -61,7 +63,11 @@ class LlamaModel:
       packed = self
       if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
           and kernels.packing_pays(self.params)):
-        packed = self.replace(panels=kernels.pack_tree(self.params, _layer_kernel))
+        panels = kernels.pack_tree(self.params, _layer_kernel)
+        if self.config.tie_word_embeddings:  # a product as wide as the vocabulary
+          table = np.asarray(self.params['embed_tokens']['embedding'])
+          panels[HEAD] = kernels.pack_weights(table.T)
+        packed = self.replace(panels=panels)
       object.__setattr__(self, '_with_panels', packed)
     return self.__dict__['_with_panels']
 
