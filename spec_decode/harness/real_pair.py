@@ -26,6 +26,7 @@ from spec_decode import sampling as sampling_lib
 from spec_decode import theory
 from spec_decode.harness import progress
 from spec_decode.harness import timing
+from spec_decode.harness import walltime
 from spec_decode.models import alpha as alpha_lib
 from spec_decode.models import front_ends
 from spec_decode.models import protocol
@@ -122,7 +123,10 @@ def loop_costs(target: Any, draft: Any, prompt: np.ndarray, gamma: int,
   tokens or iterations (what starting costs cancels), the median of
   `repeats` rounds. Everything the parts of eq. (5) leave out is in it: the
   draft's first call after the target's (its weights evicted from the CPU's
-  caches), a feature draft's feed, the loop's own work.
+  caches), a feature draft's feed, the loop's own work. What the shorter
+  decode took beyond its tokens or iterations is the decode's fixed cost
+  (the prompt's prefill, a fresh cache: the baseline's `base_start_s`, both
+  models' `spec_start_s`), floored at 0.
   """
   x, n = jnp.asarray(prompt[None]), jnp.asarray([len(prompt)])
   runs = {}
@@ -134,14 +138,17 @@ def loop_costs(target: Any, draft: Any, prompt: np.ndarray, gamma: int,
     iterations = int(jax.block_until_ready(spec()).loop_target_calls)
     jax.block_until_ready(base())
     runs[length] = (base, spec, iterations)
-  token_s, iteration_s = [], []
+  token_s, iteration_s, base_start_s, spec_start_s = [], [], [], []
   (short_base, short_spec, short_it), (long_base, long_spec, long_it) = runs.values()
   for _ in range(repeats):
     times = [_timed(f)[0] for f in (short_base, long_base, short_spec, long_spec)]
     token_s.append((times[1] - times[0]) / (lengths[1] - lengths[0]))
     iteration_s.append((times[3] - times[2]) / max(long_it - short_it, 1))
-  return {'token_s': float(np.median(token_s)), 'iteration_s': float(np.median(iteration_s)),
-          'iterations': [short_it, long_it]}
+    base_start_s.append(max(times[0] - lengths[0] * token_s[-1], 0.0))
+    spec_start_s.append(max(times[2] - short_it * iteration_s[-1], 0.0))
+  return {name: float(np.median(values)) for name, values in (
+      ('token_s', token_s), ('iteration_s', iteration_s), ('base_start_s', base_start_s),
+      ('spec_start_s', spec_start_s))} | {'iterations': [short_it, long_it]}
 
 
 def alpha_from_tokens(tokens_per_call: float, gamma: int) -> float:
@@ -262,16 +269,22 @@ def run_pair(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
   after = costs(target, draft, int(np.median(lengths)), settings.gamma_max + 1)
   c = (before['c'] + after['c']) / 2
   r = (np.array(before['r']) + np.array(after['r'])) / 2
-  whole = {}
+  whole, middle = {}, int(np.argsort(lengths)[n // 2])  # the prompt of median length
   for row in rows:
     row['predicted_speedup'] = float(theory.walltime_improvement(row['alpha'], row['gamma'], c,
                                                                  verify_cost=r))
     row['c'], row['r_gamma_plus_1'] = c, float(r[row['gamma']])
     if row['gamma'] not in whole:
-      whole[row['gamma']] = loop_costs(target, draft, prompts[0, :lengths[0]], row['gamma'])
+      whole[row['gamma']] = loop_costs(target, draft, prompts[middle, :lengths[middle]],
+                                       row['gamma'])
     loop = whole[row['gamma']]
     row['iteration_cost'] = loop['iteration_s'] / loop['token_s']  # in baseline tokens
-    row['predicted_whole'] = float(theory.walltime_improvement(
+    row['predicted_loops'] = float(theory.walltime_improvement(
         row['alpha'], row['gamma'], c, iteration_cost=row['iteration_cost']))
+    generated = np.asarray(row['per_prompt']['generated'])
+    row['predicted_whole'] = walltime.decode_speedup(
+        generated, theory.expected_calls(row['alpha'], row['gamma'], generated),
+        row['iteration_cost'], [loop['base_start_s'] / loop['token_s']] * n,
+        [loop['spec_start_s'] / loop['token_s']] * n)
     row['alpha_in_loop'] = alpha_from_tokens(row['tokens_per_call'], row['gamma'])
   return rows, {'before': before, 'after': after, 'loops': whole}

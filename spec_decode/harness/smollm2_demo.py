@@ -94,7 +94,8 @@ CONSOLE_COLUMNS: tuple[report.Column, ...] = (
     ('speculative', lambda r: f'{r["speculative_token_ms"]:.1f}'),
     ('speedup', lambda r: f'{r["measured_speedup"]:.2f}X'),
     ('predicted: parts', lambda r: f'{r["predicted_speedup"]:.2f}X'),
-    ('whole loops', lambda r: f'{r["predicted_whole"]:.2f}X'),
+    ('loops', lambda r: f'{r["predicted_loops"]:.2f}X'),
+    ('whole decodes', lambda r: f'{r["predicted_whole"]:.2f}X'),
     ('greedy identical', lambda r: '-' if r['greedy_identical'] is None
      else f'{r["greedy_identical"]}/{r["prompts"]}'),
 )
