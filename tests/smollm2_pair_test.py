@@ -24,6 +24,7 @@ from spec_decode.training import feature_draft
 from spec_decode.training import llama_draft
 from spec_decode.training import teacher
 from tests import script_runner
+from tests import tolerances
 
 pytest.importorskip('gguf')
 pytest.importorskip('transformers')
@@ -208,16 +209,23 @@ def test_packed_panels_read_the_drafts_bfloat16_weights_and_give_the_same_logits
   assert draft.with_panels().panels['layers_0']['mlp']['up_proj']['kernel'].dtype == jnp.bfloat16
   packed_target = target.with_panels()
   assert packed_target.panels['layers_0']['mlp']['up_proj']['kernel'].dtype == jnp.float32
-  assert set(packed_target.panels) == {f'layers_{i}' for i in range(2)}  # no embedding
+  # The target's tied output layer packed too; the draft's model leaves it to the draft's head.
+  assert set(packed_target.panels) == {f'layers_{i}' for i in range(2)} | {'head'}
+  pruned = draft_lib.load(pair['draft'], target)
+  assert set(pruned.model.panels) == {'layers_0'}  # one layer
   # Prompts of 8 and 5 tokens: the prefill's 14 rows take the CPU kernel unpacked too (from
-  # 17 rows on XLA's product, equal to rounding), so every product is the same kernel's.
+  # 17 rows on XLA's product, equal to rounding), so every layer's product is the same
+  # kernel's; the output layer unpacked is XLA's product, equal to rounding.
   batch = protocol.Batch.of(target, jnp.asarray(teacher.load_chunks(pair['data']).prompt[:2, :8]),
                             jnp.array([8, 5]))
   tokens = jnp.array([[0, 5, 9], [0, 7, 7]], jnp.int32)
-  for model in (target, draft):
-    logits = [m.start(batch, 8)[0](tokens, m.start(batch, 8)[1])[0]
-              for m in (model, model.with_panels())]
-    np.testing.assert_array_equal(np.asarray(logits[0]), np.asarray(logits[1]))
+  def logits(m):
+    return np.asarray(m.start(batch, 8)[0](tokens, m.start(batch, 8)[1])[0])
+
+  for unpacked, packed in ((draft, draft.with_panels()),
+                           (target, target.with_panels(output_layer=False))):
+    np.testing.assert_array_equal(logits(unpacked), logits(packed))
+  tolerances.assert_close(logits(packed_target), logits(target), ulps=64)
 
 
 def test_the_bundled_draft_fits_smollm2_and_stays_small():

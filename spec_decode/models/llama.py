@@ -51,25 +51,29 @@ class LlamaModel:
   panels: Any = flax.struct.field(default=None, kw_only=True)
   reads = protocol.PROMPT  # loop position 0 stands for the prompt's last token
 
-  def with_panels(self) -> 'LlamaModel':
+  def with_panels(self, output_layer: bool = True) -> 'LlamaModel':
     """This model with its products' kernels packed where the CPU kernels use them; cached.
 
     A decode step then reads each kernel as one stream (`kernels.pack`), in
     bfloat16 where bfloat16 holds its weights exactly (a bfloat16 checkpoint's,
     e.g. the trained SmolLM2 draft's): half the bytes, the same products. A
-    second copy of the kernels in memory; float32 compute only.
+    second copy of the kernels in memory; float32 compute only. A tied output
+    layer is packed too (the table's transpose; XLA's product of a few rows by
+    a 49,152-word table took 2-3 times as long as the kernel's on the SmolLM2
+    target), unless `output_layer` is False (a draft with a head of its own).
     """
-    if '_with_panels' not in self.__dict__:
+    name = '_with_panels' if output_layer else '_with_layer_panels'
+    if name not in self.__dict__:
       packed = self
       if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
           and kernels.packing_pays(self.params)):
         panels = kernels.pack_tree(self.params, _layer_kernel)
-        if self.config.tie_word_embeddings:  # a product as wide as the vocabulary
+        if output_layer and self.config.tie_word_embeddings:
           table = np.asarray(self.params['embed_tokens']['embedding'])
           panels[HEAD] = kernels.pack_weights(table.T)
         packed = self.replace(panels=panels)
-      object.__setattr__(self, '_with_panels', packed)
-    return self.__dict__['_with_panels']
+      object.__setattr__(self, name, packed)
+    return self.__dict__[name]
 
   def variables(self) -> dict:
     """The variables `network.apply` takes: params, and panels where there are some."""
