@@ -123,14 +123,15 @@ def loop_costs(target: Any, draft: Any, prompt: np.ndarray, gamma: int,
   tokens or iterations (what starting costs cancels), the median of
   `repeats` rounds. Everything the parts of eq. (5) leave out is in it: the
   draft's first call after the target's (its weights evicted from the CPU's
-  caches), a feature draft's feed, the loop's own work. What the shorter
-  decode took beyond its tokens or iterations is the decode's fixed cost
-  (the prompt's prefill, a fresh cache: the baseline's `base_start_s`, both
-  models' `spec_start_s`), floored at 0.
+  caches), a feature draft's feed, the loop's own work. A decode of one
+  token, less one token's or iteration's time, is the decode's fixed cost
+  (the prompt's prefill, fresh caches: the baseline's `base_start_s`, both
+  models' `spec_start_s`), floored at 0; timed apart, not as the intercept of
+  the longer decodes, which noise of a few percent of them swamps.
   """
   x, n = jnp.asarray(prompt[None]), jnp.asarray([len(prompt)])
   runs = {}
-  for length in lengths:
+  for length in (1, *lengths):
     base = functools.partial(front_ends.generate, target, x, 0, lengths=n, max_decode_len=length,
                              eos_id=-1)
     spec = functools.partial(front_ends.speculative_generate, target, draft, x, 0, lengths=n,
@@ -139,13 +140,15 @@ def loop_costs(target: Any, draft: Any, prompt: np.ndarray, gamma: int,
     jax.block_until_ready(base())
     runs[length] = (base, spec, iterations)
   token_s, iteration_s, base_start_s, spec_start_s = [], [], [], []
-  (short_base, short_spec, short_it), (long_base, long_spec, long_it) = runs.values()
+  (one_base, one_spec, one_it), (short_base, short_spec, short_it), (long_base, long_spec,
+                                                                     long_it) = runs.values()
   for _ in range(repeats):
-    times = [_timed(f)[0] for f in (short_base, long_base, short_spec, long_spec)]
+    times = [_timed(f)[0] for f in (short_base, long_base, short_spec, long_spec, one_base,
+                                    one_spec)]
     token_s.append((times[1] - times[0]) / (lengths[1] - lengths[0]))
     iteration_s.append((times[3] - times[2]) / max(long_it - short_it, 1))
-    base_start_s.append(max(times[0] - lengths[0] * token_s[-1], 0.0))
-    spec_start_s.append(max(times[2] - short_it * iteration_s[-1], 0.0))
+    base_start_s.append(max(times[4] - token_s[-1], 0.0))
+    spec_start_s.append(max(times[5] - one_it * iteration_s[-1], 0.0))
   return {name: float(np.median(values)) for name, values in (
       ('token_s', token_s), ('iteration_s', iteration_s), ('base_start_s', base_start_s),
       ('spec_start_s', spec_start_s))} | {'iterations': [short_it, long_it]}
