@@ -187,6 +187,9 @@ def test_panels_are_dropped_with_new_params_and_kept_off_where_they_would_not_be
   assert unpacked.with_panels() is unpacked.with_panels()  # packed once, then cached
   as_numpy = models.T5Model(model.config, jax.tree_util.tree_map(np.asarray, model.params))
   assert as_numpy.with_panels().panels is None  # a numpy array could change after packing
+  fresh = models.T5Model(model.config, model.params)
+  assert 'logits_dense' in fresh.with_panels().panels['decoder']
+  assert 'logits_dense' not in fresh.with_panels(output_layer=False).panels['decoder']  # a draft's
   monkeypatch.setenv(kernels.SWITCH, '0')
   assert models.T5Model(model.config, model.params).with_panels().panels is None
 

@@ -28,7 +28,7 @@ from spec_decode.llama import hf
 from spec_decode.llama.config import LlamaConfig
 from spec_decode.llama.network import HEAD, LlamaNetwork
 from spec_decode.models import protocol
-from spec_decode.models.t5 import replacing
+from spec_decode.models.t5 import packed_once, replacing
 
 
 @flax.struct.dataclass
@@ -62,18 +62,14 @@ class LlamaModel:
     a 49,152-word table took 2-3 times as long as the kernel's on the SmolLM2
     target), unless `output_layer` is False (a draft with a head of its own).
     """
-    name = '_with_panels' if output_layer else '_with_layer_panels'
-    if name not in self.__dict__:
-      packed = self
-      if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
-          and kernels.packing_pays(self.params)):
-        panels = kernels.pack_tree(self.params, _layer_kernel)
-        if output_layer and self.config.tie_word_embeddings:
-          table = np.asarray(self.params['embed_tokens']['embedding'])
-          panels[HEAD] = kernels.pack_weights(table.T)
-        packed = self.replace(panels=panels)
-      object.__setattr__(self, name, packed)
-    return self.__dict__[name]
+    def pack():
+      panels = kernels.pack_tree(self.params, _layer_kernel)
+      if output_layer and self.config.tie_word_embeddings:
+        table = np.asarray(self.params['embed_tokens']['embedding'])
+        panels[HEAD] = kernels.pack_weights(table.T)
+      return panels
+
+    return packed_once(self, output_layer, pack)
 
   def variables(self) -> dict:
     """The variables `network.apply` takes: params, and panels where there are some."""

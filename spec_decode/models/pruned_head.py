@@ -87,10 +87,8 @@ class PrunedHeadDraft:
     """
     if '_with_panels' not in self.__dict__:
       model, head = self.model, self.head_panels
-      if isinstance(model, LlamaModel):
+      if hasattr(model, 'with_panels'):
         model = model.with_panels(output_layer=False)  # the head is this draft's own
-      elif hasattr(model, 'with_panels'):
-        model = model.with_panels()
       if (getattr(model, 'panels', None) is not None and head is None
           and kernels.packing_pays(self.kernel)):
         head = kernels.pack_weights(self.kernel)

@@ -187,7 +187,7 @@ class _OnMesh:
   Mixed into a model dataclass with `mesh` and `rules` fields.
   """
 
-  def with_panels(self):
+  def with_panels(self, output_layer: bool = True):  # pylint: disable=unused-argument
     """Itself: a mesh keeps XLA's products (see spec_decode.kernels)."""
     return self
 

@@ -15,7 +15,7 @@ cache the loops of `spec_decode.decoding` take.
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import flax.struct
 import jax
@@ -49,7 +49,7 @@ class T5Model:
   reads = protocol.ENCODER_INPUT
   eos_id = text.EOS_ID
 
-  def with_panels(self) -> 'T5Model':
+  def with_panels(self, output_layer: bool = True) -> 'T5Model':
     """This model with `panels` where the CPU kernels would use them, else itself.
 
     The Dense kernels are packed (`kernels.pack`; those a layer multiplies one
@@ -59,15 +59,14 @@ class T5Model:
     256 rows an unpacked model takes XLA's, equal to rounding), for a second copy
     of the kernels in memory (half its size in bfloat16, where bfloat16 holds
     the weights: a bfloat16 checkpoint's, or bfloat16 parameters). Only for a
-    float32 compute dtype, the kernels' own. Packed once per model and cached.
+    float32 compute dtype, the kernels' own. `output_layer` False leaves the
+    output layer (`logits_dense`) unpacked: a draft with a head of its own
+    (models.PrunedHeadDraft) never reads it. Packed once per model and cached.
     """
-    if '_with_panels' not in self.__dict__:
-      packed = self
-      if (self.panels is None and jnp.dtype(self.config.compute_dtype) == jnp.float32
-          and kernels.packing_pays(self.params)):
-        packed = self.replace(panels=kernels.pack_tree(self.params, is_dense_kernel, _fused))
-      object.__setattr__(self, '_with_panels', packed)
-    return self.__dict__['_with_panels']
+    select = is_dense_kernel if output_layer else (
+        lambda path: is_dense_kernel(path) and 'logits_dense' not in path)
+    return packed_once(self, output_layer,
+                       lambda: kernels.pack_tree(self.params, select, _fused))
 
   def variables(self) -> dict:
     """The variables `network.apply` takes: params, and panels where there are some."""
@@ -141,6 +140,23 @@ def replacing(weights: str, packed: str, *more: str):
     return dataclasses.replace(self, **updates)
 
   return replace
+
+
+def packed_once(model, output_layer: bool, pack: Callable[[], Any]):
+  """`model.replace(panels=pack())` where the CPU kernels would read panels, else `model`.
+
+  For a model without panels, computing in float32 (the kernels' dtype), whose
+  parameters `kernels.packing_pays`; cached on the model per `output_layer`
+  (a model's `with_panels(output_layer)`).
+  """
+  name = '_with_panels' if output_layer else '_with_layer_panels'
+  if name not in model.__dict__:
+    packed = model
+    if (model.panels is None and jnp.dtype(model.config.compute_dtype) == jnp.float32
+        and kernels.packing_pays(model.params)):
+      packed = model.replace(panels=pack())
+    object.__setattr__(model, name, packed)
+  return model.__dict__[name]
 
 
 # flax.struct.dataclass sets a plain `replace` on the class it decorates.
