@@ -24,6 +24,7 @@ import numpy as np
 
 from spec_decode import sampling as sampling_lib
 from spec_decode import theory
+from spec_decode.harness import loop_costs as loop_costs_lib
 from spec_decode.harness import progress
 from spec_decode.harness import timing
 from spec_decode.harness import walltime
@@ -113,45 +114,25 @@ def costs(target: Any, draft: Any, prompt_length: int, k_max: int) -> dict[str, 
 
 
 def loop_costs(target: Any, draft: Any, prompt: np.ndarray, gamma: int,
-               lengths: tuple[int, int] = (32, 96), repeats: int = 3) -> dict[str, float]:
-  """Seconds per baseline token and per speculative iteration, the loops timed whole.
+               lengths: tuple[int, ...] = (1, 32, 96), repeats: int = 3
+               ) -> dict[str, loop_costs_lib.LoopCost]:
+  """The baseline's and speculative decoding's cost lines, the loops timed whole.
 
-  Each loop decodes `prompt` ([n] ids) greedily to exactly L tokens (no EOS)
-  for both L of `lengths`; the cost of one more token (baseline) or one more
-  iteration (speculative: gamma draft calls, the verify call, the accept
-  step) is the difference of the two times over the difference of their
-  tokens or iterations (what starting costs cancels), the median of
-  `repeats` rounds. Everything the parts of eq. (5) leave out is in it: the
-  draft's first call after the target's (its weights evicted from the CPU's
-  caches), a feature draft's feed, the loop's own work. A decode of one
-  token, less one token's or iteration's time, is the decode's fixed cost
-  (the prompt's prefill, fresh caches: the baseline's `base_start_s`, both
-  models' `spec_start_s`), floored at 0; timed apart, not as the intercept of
-  the longer decodes, which noise of a few percent of them swamps.
+  `harness.loop_costs.measure_loop_costs` over `prompt` ([n] ids) decoded
+  greedily to exactly L tokens (no EOS) for each L of `lengths`, both
+  decoders interleaved: per iteration (a token; gamma draft calls, the verify
+  call and the accept step) with all that the parts of eq. (5) leave out (the
+  draft's first call after the target's, a feature draft's feed, the loop's
+  own work), and the fixed cost per decode (prefill, fresh caches; L = 1
+  pins it).
+
+  Returns:
+    {'baseline': LoopCost, 'speculative': LoopCost}.
   """
-  x, n = jnp.asarray(prompt[None]), jnp.asarray([len(prompt)])
-  runs = {}
-  for length in (1, *lengths):
-    base = functools.partial(front_ends.generate, target, x, 0, lengths=n, max_decode_len=length,
-                             eos_id=-1)
-    spec = functools.partial(front_ends.speculative_generate, target, draft, x, 0, lengths=n,
-                             max_decode_len=length, gamma=gamma, eos_id=-1)
-    iterations = int(jax.block_until_ready(spec()).loop_target_calls)
-    jax.block_until_ready(base())
-    runs[length] = (base, spec, iterations)
-  token_s, iteration_s, base_start_s, spec_start_s = [], [], [], []
-  (one_base, one_spec, one_it), (short_base, short_spec, short_it), (long_base, long_spec,
-                                                                     long_it) = runs.values()
-  for _ in range(repeats):
-    times = [_timed(f)[0] for f in (short_base, long_base, short_spec, long_spec, one_base,
-                                    one_spec)]
-    token_s.append((times[1] - times[0]) / (lengths[1] - lengths[0]))
-    iteration_s.append((times[3] - times[2]) / max(long_it - short_it, 1))
-    base_start_s.append(max(times[4] - token_s[-1], 0.0))
-    spec_start_s.append(max(times[5] - one_it * iteration_s[-1], 0.0))
-  return {name: float(np.median(values)) for name, values in (
-      ('token_s', token_s), ('iteration_s', iteration_s), ('base_start_s', base_start_s),
-      ('spec_start_s', spec_start_s))} | {'iterations': [short_it, long_it]}
+  decoders = {'baseline': loop_costs_lib.baseline(target, None),
+              'speculative': loop_costs_lib.speculative(target, draft, gamma, None)}
+  return loop_costs_lib.measure_loop_costs(decoders, prompt[None], jax.random.key(0),
+                                           lengths=lengths, repeats=repeats)
 
 
 def alpha_from_tokens(tokens_per_call: float, gamma: int) -> float:
@@ -280,14 +261,16 @@ def run_pair(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
     if row['gamma'] not in whole:
       whole[row['gamma']] = loop_costs(target, draft, prompts[middle, :lengths[middle]],
                                        row['gamma'])
-    loop = whole[row['gamma']]
-    row['iteration_cost'] = loop['iteration_s'] / loop['token_s']  # in baseline tokens
+    base, spec = whole[row['gamma']]['baseline'], whole[row['gamma']]['speculative']
+    row['iteration_cost'] = spec.iteration_s / base.iteration_s  # in baseline tokens
     row['predicted_loops'] = float(theory.walltime_improvement(
         row['alpha'], row['gamma'], c, iteration_cost=row['iteration_cost']))
     generated = np.asarray(row['per_prompt']['generated'])
+    fixed = [max(cost.fixed_s, 0.0) / base.iteration_s for cost in (base, spec)]
     row['predicted_whole'] = walltime.decode_speedup(
         generated, theory.expected_calls(row['alpha'], row['gamma'], generated),
-        row['iteration_cost'], [loop['base_start_s'] / loop['token_s']] * n,
-        [loop['spec_start_s'] / loop['token_s']] * n)
+        row['iteration_cost'], [fixed[0]] * n, [fixed[1]] * n)
     row['alpha_in_loop'] = alpha_from_tokens(row['tokens_per_call'], row['gamma'])
-  return rows, {'before': before, 'after': after, 'loops': whole}
+  loops = {gamma: {name: cost.row() for name, cost in lines.items()}
+           for gamma, lines in whole.items()}
+  return rows, {'before': before, 'after': after, 'loops': loops}
