@@ -123,6 +123,7 @@ if [[ $records_only == 1 ]]; then
 fi
 
 gin_draft=demo_${draft}
+warmup=$(( steps < 50 ? steps : 50 ))  # whitebox.gin's 50 steps, or the whole of a shorter run
 rm -rf "$out/workdir" "$out/t5x"
 train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) to it, exporting
   args=(scripts/whitebox.py --gin_file=runs/whitebox.gin
@@ -132,7 +133,8 @@ train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) 
     --gin.DRAFT_CONFIG="@${gin_draft}/t5.T5Config()"
     --gin.INIT_CHECKPOINT="'spec_decode/data/models/${draft}'" --gin.DIVERGENCE="'tvd'"
     --gin.DISTILL_DIR="'$out/mix'" --gin.REFERENCE_WEIGHT=0.0 --gin.DISTILLED_WEIGHT=1.0
-    --gin.ON_POLICY_WEIGHT=0.0 --gin.NUM_STEPS="$1" --gin.BATCH_TOKENS="$batch_tokens"
+    --gin.ON_POLICY_WEIGHT=0.0 --gin.NUM_STEPS="$1" --gin.WARMUP_STEPS="$warmup"
+    --gin.BATCH_TOKENS="$batch_tokens"
     --gin.LEARNING_RATE=3e-3 --gin.WORKDIR="'$out/workdir'" --gin.EXPORT_DIR="'$out/t5x'"
     --gin.whitebox.WhiteboxConfig.eval_temperature=0.0
     --gin.whitebox.WhiteboxConfig.eval_examples="$train_eval"
