@@ -175,6 +175,32 @@ def test_the_copy_study_splits_agreement_by_whether_an_ngram_repeats(pair, capsy
   np.testing.assert_allclose(result['alpha_t0_copying'], mixed, rtol=1e-6)
 
 
+def test_the_variant_study_times_each_way_of_drafting_against_the_baseline(pair, capsys):
+  """Adaptive draft length and block verification on the copying draft, greedy: exact."""
+  study = script_runner.load('studies/smollm2_variants.py')
+  assert study.main(['--target', pair['target'], '--draft', str(pair['draft']), '--n', '2',
+                     '--max_new_tokens', '10', '--variants', 'gamma=2',
+                     'gamma=4,threshold=0.5', 'gamma=3,verification=block']) == 0
+  rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])['rows']
+  assert [r['decoder'] for r in rows] == ['baseline', 'gamma=2', 'gamma=4,threshold=0.5',
+                                          'gamma=3,verification=block']
+  assert all(r['identical'] == 2 and r['ms_per_token'] > 0 for r in rows)
+  assert rows[0]['speedup'] == 1.0 and rows[0]['tokens_per_call'] == 1.0
+  assert all(1.0 <= r['tokens_per_call'] <= g + 1 for r, g in zip(rows[1:], (2, 4, 3)))
+  assert study.main(['--target', pair['target'], '--draft', str(pair['draft']), '--n', '1',
+                     '--max_new_tokens', '6', '--temperature', '1', '--variants', 'gamma=2']) == 0
+  out = capsys.readouterr().out
+  assert all(r['identical'] is None for r in json.loads(out.strip().splitlines()[-1])['rows'])
+  assert '| gamma=2 |' in out and out.count(' - |') == 2  # no identity claimed for draws
+  for bad, named in (('gamma=2,lenience=0.5', "got 'lenience=0.5'"),
+                     ('threshold=0.5', 'gamma=G is required'),
+                     ('gamma=two', "gamma must be an integer, got 'two'"),
+                     ('gamma=2,verification=tree', 'verification must be one of token')):
+    with pytest.raises(SystemExit):
+      study.main(['--target', pair['target'], '--variants', bad])
+    assert named in capsys.readouterr().err
+
+
 def test_teacher_forcing_along_a_continuation_gives_the_distributions_decoding_saw(pair):
   chunk = teacher.load_chunks(pair['data'])
   target = LlamaModel.load(pair['target'])
