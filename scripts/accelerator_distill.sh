@@ -82,6 +82,7 @@ if [[ $small == 1 ]]; then
   batch=8; decode_len=16; steps=${steps:-3}; batch_tokens=${batch_tokens:-512}; n_eval=4
   # Training measures no alpha of its own (the alpha stages do): CI time.
   checkpoint_every=100; train_eval=0; log_every=10; compile_buckets=False
+  warmup=(--gin.WARMUP_STEPS=1)  # whitebox.gin's 50 would outlast the 3 steps
 else
   m30k_greedy=demo_multi30k:train; deb_greedy=demo_debsum:train:5000
   m30k_sampled=demo_multi30k:train:15000; val=demo_ende:validation:200
@@ -90,6 +91,7 @@ else
   # Every bucket shape's step compiled side by side before training: one at a time, as the loop
   # meets them, they cost an H200 ~10-40 s each against ~20 ms a step once compiled.
   compile_buckets=True
+  warmup=()  # whitebox.gin's
 fi
 target=(--config demo_target --checkpoint spec_decode/data/models/target)
 : > "$out/seconds.txt"
@@ -123,7 +125,6 @@ if [[ $records_only == 1 ]]; then
 fi
 
 gin_draft=demo_${draft}
-warmup=$(( steps < 50 ? steps : 50 ))  # whitebox.gin's 50 steps, or the whole of a shorter run
 rm -rf "$out/workdir" "$out/t5x"
 train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) to it, exporting
   args=(scripts/whitebox.py --gin_file=runs/whitebox.gin
@@ -133,7 +134,7 @@ train_args() {  # number of steps -> `args`: whitebox.py training (or resuming) 
     --gin.DRAFT_CONFIG="@${gin_draft}/t5.T5Config()"
     --gin.INIT_CHECKPOINT="'spec_decode/data/models/${draft}'" --gin.DIVERGENCE="'tvd'"
     --gin.DISTILL_DIR="'$out/mix'" --gin.REFERENCE_WEIGHT=0.0 --gin.DISTILLED_WEIGHT=1.0
-    --gin.ON_POLICY_WEIGHT=0.0 --gin.NUM_STEPS="$1" --gin.WARMUP_STEPS="$warmup"
+    --gin.ON_POLICY_WEIGHT=0.0 --gin.NUM_STEPS="$1" "${warmup[@]}"
     --gin.BATCH_TOKENS="$batch_tokens"
     --gin.LEARNING_RATE=3e-3 --gin.WORKDIR="'$out/workdir'" --gin.EXPORT_DIR="'$out/t5x'"
     --gin.whitebox.WhiteboxConfig.eval_temperature=0.0

@@ -48,8 +48,10 @@ def git(root: pathlib.Path, *args: str) -> str:
                         text=True).stdout
 
 
-def git_dir(root: pathlib.Path) -> pathlib.Path:
-  return (root / git(root, 'rev-parse', '--git-dir').strip()).resolve()
+def _files(root: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+  """The state file, the pre-commit hook and info/exclude in the repository's git folder."""
+  meta = (root / git(root, 'rev-parse', '--git-dir').strip()).resolve()
+  return meta / STATE, meta / 'hooks' / 'pre-commit', meta / 'info' / 'exclude'
 
 
 def size(root: pathlib.Path) -> tuple[int, dict[str, int]]:
@@ -75,7 +77,7 @@ def trim(root: pathlib.Path, keep: Sequence[str] = ()) -> list[str]:
   Raises:
     TreeError: already trimmed, or a pre-commit hook of another's in the way.
   """
-  state, hook = git_dir(root) / STATE, git_dir(root) / 'hooks' / 'pre-commit'
+  state, hook, exclude = _files(root)
   if state.exists():
     raise TreeError(f'already trimmed ({state}): restore first')
   if hook.exists():
@@ -86,7 +88,6 @@ def trim(root: pathlib.Path, keep: Sequence[str] = ()) -> list[str]:
     subprocess.run(['git', 'rm', '-q', '--cached', '--pathspec-from-file=-',
                     '--pathspec-file-nul'], cwd=root, check=True,
                    input='\0'.join(paths), text=True)
-  exclude = git_dir(root) / 'info' / 'exclude'
   exclude.parent.mkdir(exist_ok=True)
   text = exclude.read_text() if exclude.exists() else ''
   exclude.write_text(text + ('' if not text or text.endswith('\n') else '\n') + '\n'.join(
@@ -104,19 +105,17 @@ def restore(root: pathlib.Path) -> list[str]:
   Raises:
     TreeError: not trimmed.
   """
-  state = git_dir(root) / STATE
+  state, hook, exclude = _files(root)
   if not state.exists():
     raise TreeError('not trimmed: nothing to restore')
   paths = json.loads(state.read_text())['paths']
   if paths:
     subprocess.run(['git', 'reset', '-q', '--pathspec-from-file=-', '--pathspec-file-nul'],
                    cwd=root, check=True, input='\0'.join(paths), text=True)
-  exclude = git_dir(root) / 'info' / 'exclude'
   lines = exclude.read_text().splitlines()
   if BEGIN in lines and END in lines:
     lines = lines[:lines.index(BEGIN)] + lines[lines.index(END) + 1:]
   exclude.write_text(''.join(line + '\n' for line in lines))
-  hook = git_dir(root) / 'hooks' / 'pre-commit'
   if hook.exists() and '# accelerator_tree' in hook.read_text():
     hook.unlink()
   state.unlink()

@@ -21,7 +21,6 @@ import argparse
 import functools
 import json
 import sys
-import time
 from typing import Any, Sequence
 
 import jax
@@ -33,12 +32,8 @@ from spec_decode import speculative
 from spec_decode.harness import progress
 from spec_decode.harness import report
 from spec_decode.harness import smollm2_demo
-from spec_decode.llama import draft as draft_lib
-from spec_decode.llama import prompts as prompts_lib
-from spec_decode.llama.tokenizer import Tokenizer
+from spec_decode.harness import timing
 from spec_decode.models import front_ends
-from spec_decode.models.copying import CopyingDraft
-from spec_decode.models.llama import LlamaModel
 
 
 def parse_variant(text: str) -> dict[str, Any]:
@@ -95,9 +90,8 @@ def compare(fns: dict[str, Any], prompts: np.ndarray, lengths: np.ndarray,
       jax.block_until_ready([fn(x, 0, lengths=length) for fn in fns.values()])
     reference = None
     for name, fn in fns.items():
-      start = time.perf_counter()
-      out = jax.block_until_ready(fn(x, seed + i, lengths=length))
-      seconds[name] += time.perf_counter() - start
+      s, out = timing.median_time(lambda: fn(x, seed + i, lengths=length), 1)
+      seconds[name] += s
       tokens[name] += int(out.generated[0])
       calls[name] += int(out.target_calls[0])
       ids = np.asarray(out.tokens[0, :int(out.lengths[0])])
@@ -130,11 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--n', type=int, default=20)
   parser.add_argument('--max_new_tokens', type=int, default=128)
   args = parser.parse_args(argv)
-  target, tokenizer = LlamaModel.load(args.target), Tokenizer(args.target)
-  draft = draft_lib.load(args.draft, target)
-  if args.copies:
-    draft = CopyingDraft.create(draft, min_ngram=args.copies)
-  prompts, lengths = smollm2_demo.encode_prompts(tokenizer, prompts_lib.prompts('test', args.n))
+  target, _, draft, prompts, lengths = smollm2_demo.load_pair(args.target, args.draft,
+                                                               args.copies, args.n)
   rows = compare(decoders(target, draft, args.variants, args.max_new_tokens, args.temperature),
                  prompts, lengths)
   for row in rows if args.temperature > 0 else ():

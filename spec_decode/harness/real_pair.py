@@ -15,7 +15,6 @@ in baseline tokens, in place of eq. (5)'s sum of parts.
 
 import dataclasses
 import functools
-import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -154,12 +153,6 @@ def _sampling(temperature: float) -> sampling_lib.SamplingParams | None:
   return None if temperature == 0 else sampling_lib.SamplingParams.create(temperature)
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-  start = time.perf_counter()
-  out = jax.block_until_ready(fn())
-  return time.perf_counter() - start, out
-
-
 def alpha_on(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
              outputs: Sequence[np.ndarray], temperature: float) -> alpha_lib.AlphaStats:
   """alpha of `draft` on the target's `outputs` (one [n] array per prompt)."""
@@ -219,8 +212,8 @@ def run_pair(target: Any, draft: Any, prompts: np.ndarray, lengths: np.ndarray,
       x, length = jnp.asarray(prompts[i:i + 1]), jnp.asarray(lengths[i:i + 1])
       if i == 0:  # compile
         jax.block_until_ready((base(x, 0, lengths=length), spec(x, 0, lengths=length)))
-      s, b = _timed(lambda: base(x, settings.seed + i, lengths=length))
-      s2, sp = _timed(lambda: spec(x, settings.seed + i, lengths=length))
+      s, b = timing.median_time(lambda: base(x, settings.seed + i, lengths=length), 1)
+      s2, sp = timing.median_time(lambda: spec(x, settings.seed + i, lengths=length), 1)
       ours = np.asarray(b.tokens[0, :int(b.lengths[0])])
       outputs.append(ours)
       record['baseline_s'].append(s)

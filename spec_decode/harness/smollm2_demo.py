@@ -47,6 +47,27 @@ def encode_prompts(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.ndarr
   return prompts_lib.pad([tokenizer.encode(t) for t in texts])
 
 
+def load_pair(folder: str, draft_folder: str = str(DRAFT_DIR), copies: int = 2, n: int = 20
+              ) -> tuple[LlamaModel, Tokenizer, Any, np.ndarray, np.ndarray]:
+  """The demo's target, tokenizer, draft and first n held-out prompts.
+
+  Args:
+    folder: the target's HF folder; draft_folder: the draft's (llama.draft).
+    copies: the draft copies where the last `copies`..3 tokens occurred
+      before (models.CopyingDraft); 0: the draft alone.
+    n: test prompts (llama.prompts).
+
+  Returns:
+    target, tokenizer, draft, prompts [n, P] int32 left-aligned, lengths [n].
+  """
+  target, tokenizer = LlamaModel.load(folder), Tokenizer(folder)
+  draft = draft_lib.load(draft_folder, target)
+  if copies:
+    draft = CopyingDraft.create(draft, min_ngram=copies)
+  prompts, lengths = encode_prompts(tokenizer, prompts_lib.prompts('test', n))
+  return target, tokenizer, draft, prompts, lengths
+
+
 def text_stream(tokenizer: Tokenizer, eos_id: int, limit: int = 4000) -> np.ndarray:
   """The bundled English training text (package descriptions, captions), EOS after each."""
   path = data.DATA_DIR / 'debian_descriptions' / 'train.jsonl.gz'
@@ -143,11 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
 
   folder = args.target or str(convert.prepare())
-  target, tokenizer = LlamaModel.load(folder), Tokenizer(folder)
-  draft = draft_lib.load(args.draft, target)
-  if args.copies:
-    draft = CopyingDraft.create(draft, min_ngram=args.copies)
-  prompts, lengths = encode_prompts(tokenizer, prompts_lib.prompts('test', args.n))
+  target, tokenizer, draft, prompts, lengths = load_pair(folder, args.draft, args.copies, args.n)
   peers = {}
   if not args.no_peers:
     try:
